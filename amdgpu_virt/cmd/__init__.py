@@ -1,0 +1,1 @@
+"""Console entry points; the only package that parses argv."""

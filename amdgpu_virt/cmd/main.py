@@ -1,0 +1,78 @@
+"""``amdgpu-virt``: the command line interface (a cliff application).
+
+Sub-commands are plugins in the ``amdgpu_virt.cli`` entry point namespace;
+multi-word commands (``nova config``) are registered with underscores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from cliff import app
+from cliff import commandmanager
+from oslo_config import cfg
+
+from amdgpu_virt import conf as av_conf
+from amdgpu_virt import exception
+
+DESCRIPTION = """\
+Share AMD Instinct GPUs across OpenStack Nova and Kubernetes: discover GPUs,
+partitions and SR-IOV VFs, decide per workload between a dedicated GPU, a
+VF or a CU slice, and drive Nova and Kubernetes from one plan."""
+
+
+def _version() -> str:
+    try:
+        import pbr.version
+        return str(pbr.version.VersionInfo('amdgpu_virt').version_string())
+    except Exception:  # not installed: running from a source tree
+        return 'unknown'
+
+
+class AmdgpuVirtApp(app.App):
+    """The ``amdgpu-virt`` application; holds the parsed configuration."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            description=DESCRIPTION, version=_version(),
+            command_manager=commandmanager.CommandManager('amdgpu_virt.cli'),
+            deferred_help=True)
+        self.conf: cfg.ConfigOpts | None = None
+
+    def build_option_parser(self, description: str | None,
+                            version: str | None,
+                            argparse_kwargs: dict[str, Any] | None = None
+                            ) -> argparse.ArgumentParser:
+        parser = super().build_option_parser(description, version,
+                                             argparse_kwargs)
+        parser.add_argument(
+            '--config-file', action='append', default=[], metavar='PATH',
+            help='oslo.config file to read (repeatable; later files win). '
+                 'Default: none, so every option has its documented default.')
+        return parser
+
+    def initialize_app(self, argv: list[str]) -> None:
+        try:
+            self.conf = av_conf.new_conf(
+                default_config_files=self.options.config_file)
+        except cfg.Error as err:
+            raise exception.ConfigError(option='--config-file',
+                                        reason=str(err)) from None
+
+    def get_conf(self) -> cfg.ConfigOpts:
+        if self.conf is None:
+            self.conf = av_conf.new_conf()
+        return self.conf
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``amdgpu-virt``; returns the exit status."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    return int(AmdgpuVirtApp().run(argv))
+
+
+if __name__ == '__main__':
+    sys.exit(main())

@@ -1,0 +1,164 @@
+"""The one error hierarchy of amdgpu_virt.
+
+Every error the project raises on purpose derives from :class:`AmdgpuVirtError`.
+A subclass sets ``msg_fmt``, a template filled from the keyword arguments
+given at raise time; the template must name the culprit (the file, field,
+annotation or option that was wrong) so that an operator can act on it
+without reading a traceback.
+
+Areas keep their subclasses in their own section below; add new ones at the
+end of the section that owns them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class AmdgpuVirtError(Exception):
+    """Base class of every error amdgpu_virt raises on purpose."""
+
+    msg_fmt = 'An unknown error occurred.'
+
+    def __init__(self, message: str | None = None, **kwargs: Any) -> None:
+        self.kwargs = kwargs
+        if message is None:
+            try:
+                message = self.msg_fmt % kwargs
+            except (KeyError, TypeError, ValueError):
+                # A template that does not fit its arguments is a bug of
+                # ours; still say everything we know rather than hiding it.
+                message = '%s (%s)' % (self.msg_fmt, ', '.join(
+                    '%s=%r' % item for item in sorted(kwargs.items())))
+        self.message = message
+        super().__init__(message)
+
+    def __str__(self) -> str:
+        return self.message
+
+
+# --- configuration and plugins ---------------------------------------------
+
+class ConfigError(AmdgpuVirtError):
+    msg_fmt = 'Invalid configuration: option %(option)s: %(reason)s'
+
+
+class DriverNotFound(AmdgpuVirtError):
+    msg_fmt = ('No %(namespace)s plugin named %(name)r could be loaded '
+               '(known: %(known)s): %(reason)s')
+
+
+# --- hardware model and catalog --------------------------------------------
+
+class InvalidPciAddress(AmdgpuVirtError):
+    msg_fmt = ('%(value)r is not a PCI address; expected '
+               'DDDD:BB:DD.F (hex), e.g. 0000:85:00.0')
+
+
+class UnknownModel(AmdgpuVirtError):
+    msg_fmt = 'Unknown GPU model %(model)r; known models: %(known)s'
+
+
+class InvalidPartitionMode(AmdgpuVirtError):
+    msg_fmt = ('%(model)s does not support %(what)s %(value)r; '
+               'allowed: %(allowed)s')
+
+
+# --- inventory ---------------------------------------------------------------
+
+class InventoryError(AmdgpuVirtError):
+    msg_fmt = 'Inventory of %(source)s failed: %(reason)s'
+
+
+class NothingReadable(InventoryError):
+    msg_fmt = ('No AMD GPU could be read from %(source)s: %(reason)s')
+
+
+class SysfsValueError(InventoryError):
+    msg_fmt = 'Bad value %(value)r in %(path)s: %(reason)s'
+
+
+class SnapshotError(InventoryError):
+    msg_fmt = 'Snapshot %(path)s is not usable: %(reason)s'
+
+
+class AmdSmiUnavailable(InventoryError):
+    msg_fmt = ('The amdsmi inventory driver cannot run: %(reason)s. '
+               'Install ROCm (libamd_smi.so) and the amdsmi Python package, '
+               'or choose [inventory] driver = sysfs.')
+
+
+class SimulationError(AmdgpuVirtError):
+    msg_fmt = 'Cannot simulate host: %(reason)s'
+
+
+# --- CU and memory sharing -----------------------------------------------------
+
+class SharingError(AmdgpuVirtError):
+    msg_fmt = 'CU sharing error: %(reason)s'
+
+
+class AllocationConflict(SharingError):
+    msg_fmt = ('CU %(cu)d of GPU %(gpu)s is claimed by both %(owner)s and '
+               '%(other)s')
+
+
+class InsufficientCapacity(SharingError):
+    msg_fmt = ('GPU %(gpu)s cannot give %(requested)s %(unit)s to %(owner)s: '
+               '%(free)s free of %(capacity)s')
+
+
+class UnknownConsumer(SharingError):
+    msg_fmt = 'GPU %(gpu)s has no allocation for %(owner)s'
+
+
+class MaskSyntaxError(SharingError):
+    msg_fmt = ('Invalid %(variable)s value %(value)r at position %(position)d: '
+               '%(reason)s')
+
+
+class HamiProtocolError(SharingError):
+    msg_fmt = 'Invalid %(key)s value %(value)r: %(reason)s'
+
+
+# --- policy and planning -------------------------------------------------------
+
+class WorkloadSpecError(AmdgpuVirtError):
+    """One or more problems in a workload specification.
+
+    ``problems`` lists every problem found, each naming its field.
+    """
+
+    msg_fmt = 'Invalid workload %(workload)s: %(problems)s'
+
+    def __init__(self, workload: str, problems: list[str]) -> None:
+        self.problems = list(problems)
+        super().__init__(workload=workload, problems='; '.join(problems))
+
+
+class PlanError(AmdgpuVirtError):
+    msg_fmt = 'Invalid plan %(source)s: %(reason)s'
+
+
+# --- OpenStack Nova --------------------------------------------------------------
+
+class NovaConfigError(AmdgpuVirtError):
+    msg_fmt = 'Cannot render Nova configuration for %(host)s: %(reason)s'
+
+
+class PlacementError(AmdgpuVirtError):
+    msg_fmt = 'Placement request %(request)s failed: %(reason)s'
+
+
+class UnsafeRoleChange(AmdgpuVirtError):
+    msg_fmt = 'Refusing to change GPU %(gpu)s: %(reason)s'
+
+
+# --- Kubernetes ------------------------------------------------------------------
+
+class KubernetesError(AmdgpuVirtError):
+    msg_fmt = 'Kubernetes request %(request)s failed: %(reason)s'
+
+
+class AnnotationError(KubernetesError):
+    msg_fmt = 'Bad annotation %(key)s on %(obj)s: %(reason)s'

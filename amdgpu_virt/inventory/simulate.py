@@ -1,0 +1,207 @@
+"""Simulated hosts: what a real host of a given kind looks like.
+
+:func:`design_host` is pure: it returns the :class:`HostInventory` a host
+built from a :class:`HostSpec` must produce when scanned. The sysfs writer
+(:func:`write_tree`) lays out the files a real kernel would show for the
+same host, so that ``scan(write_tree(design_host(spec)))`` can be compared
+with ``design_host(spec)``.
+
+Facts followed (see the hardware notes in the documentation):
+
+* PFs of an 8-GPU host sit on buses 05, 25, 45, ... e5 (device 00.0); GPUs
+  0..n/2-1 on NUMA node 0, the rest on node 1;
+* under GIM the PF binds to ``gim``; its VFs sit on the PF's bus at
+  ``BB:02.0``..``BB:02.7``, bind to ``vfio-pci`` and have one IOMMU group
+  each; there is no KFD topology and no DRM device for them on the host;
+* on bare metal every partition-capable GPU reserves 8 DRM minors:
+  partition p of GPU k uses ``renderD(128+8k+p)`` and, because an onboard
+  VGA device holds ``card0``, ``card(1+8k+p)``; card minors end at 63, so
+  on an 8 x CPX host the last partition gets none and does not appear (the
+  63-partition quirk seen on real hosts);
+* GPUs without partitions (MI210, MI250X) take consecutive minors;
+* KFD lists two CPU nodes first, then one node per partition.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+
+from amdgpu_virt import catalog
+from amdgpu_virt import exception
+from amdgpu_virt.model import Driver
+from amdgpu_virt.model import Gpu
+from amdgpu_virt.model import GpuModel
+from amdgpu_virt.model import HostInventory
+from amdgpu_virt.model import Partition
+from amdgpu_virt.model import PciAddress
+from amdgpu_virt.model import VirtualFunction
+
+BARE_MODES = ('spx', 'dpx', 'tpx', 'qpx', 'cpx')
+GIM_MODES = {'gim-spx': 1, 'gim-dpx': 2, 'gim-qpx': 4, 'gim-cpx': 8}
+#: PF bound to vfio-pci for whole-GPU passthrough
+VFIO_MODE = 'vfio'
+MODES = BARE_MODES + tuple(GIM_MODES) + (VFIO_MODE,)
+NPS_MODES = ('nps1', 'nps2', 'nps4')
+
+CPU_NODES = 2
+FIRST_RENDER_MINOR = 128
+#: card0 belongs to the onboard VGA controller of the server
+FIRST_CARD_MINOR = 1
+MAX_CARD_MINOR = 63
+MINORS_PER_GPU = 8
+#: what the VBIOS reports beyond the nominal size (MI300X: 206141652992 B)
+VRAM_SHORTFALL_MIB = 16
+
+
+@dataclasses.dataclass(frozen=True)
+class HostSpec:
+    """What to simulate.
+
+    :param mode: one of :data:`MODES` for every GPU, unless ``gpu_modes``
+        gives one mode per GPU (a mixed host).
+    :param nps: memory mode of the bare-metal GPUs (one per host).
+    """
+
+    hostname: str
+    model: str = 'MI300X'
+    gpus: int = 8
+    mode: str = 'spx'
+    nps: str = 'nps1'
+    gpu_modes: tuple[str, ...] = ()
+    gim_version: str = '8.1.0.K'
+
+    def modes(self) -> tuple[str, ...]:
+        if self.gpu_modes:
+            return tuple(m.lower() for m in self.gpu_modes)
+        return (self.mode.lower(),) * self.gpus
+
+
+def pf_address(index: int) -> PciAddress:
+    """PCI address of the ``index``-th GPU of a simulated host."""
+    if index < 8:
+        bus = 0x05 + 0x20 * index
+    else:
+        bus = 0x0d + 0x20 * (index - 8) % 0x100
+    if bus > 0xff or index >= 16:
+        raise exception.SimulationError(
+            reason='at most 16 GPUs per simulated host (asked for GPU %d)'
+            % index)
+    return PciAddress(0, bus, 0, 0)
+
+
+def _uid(hostname: str, address: PciAddress, part: int = 0) -> str:
+    seed = '%s/%s/%d' % (hostname, address, part)
+    return hashlib.sha256(seed.encode()).hexdigest()[:16]
+
+
+def _validate(spec: HostSpec, model: GpuModel) -> tuple[str, ...]:
+    modes = spec.modes()
+    if spec.gpus <= 0 or len(modes) != spec.gpus:
+        raise exception.SimulationError(
+            reason='gpus=%d but %d per-GPU modes given' % (
+                spec.gpus, len(spec.gpu_modes)))
+    nps = spec.nps.lower()
+    if nps not in NPS_MODES:
+        raise exception.SimulationError(
+            reason='nps %r is not one of %s' % (spec.nps,
+                                                ', '.join(NPS_MODES)))
+    for mode in modes:
+        if mode not in MODES:
+            raise exception.SimulationError(
+                reason='mode %r is not one of %s' % (mode, ', '.join(MODES)))
+        if mode in GIM_MODES and model.vf_device_id is None:
+            raise exception.SimulationError(
+                reason='%s has no SR-IOV VFs, so mode %s is impossible'
+                % (model.name, mode))
+        if mode in BARE_MODES and model.partition_modes:
+            try:
+                catalog.check_modes(model, mode, nps)
+            except exception.InvalidPartitionMode as err:
+                raise exception.SimulationError(reason=str(err)) from None
+        elif mode in BARE_MODES and mode != 'spx':
+            raise exception.SimulationError(
+                reason='%s has no compute partitions; use mode spx'
+                % model.name)
+    return modes
+
+
+def design_host(spec: HostSpec) -> HostInventory:
+    """The inventory a host built from ``spec`` yields when scanned.
+
+    :raises SimulationError: the spec asks for something the hardware
+        cannot do (naming the field).
+    :raises UnknownModel: ``spec.model`` is not in the catalog.
+    """
+    model = catalog.by_name(spec.model)
+    modes = _validate(spec, model)
+    nps = spec.nps.upper()
+    vram_mib = (model.vram_mib or 0) - VRAM_SHORTFALL_MIB
+    gpus = []
+    kfd_node = CPU_NODES
+    for k, mode in enumerate(modes):
+        address = pf_address(k)
+        numa = 0 if k < (spec.gpus + 1) // 2 else 1
+        common = dict(address=address, device_id=model.pf_device_id,
+                      model=model, subsystem_vendor_id=0x1002,
+                      subsystem_device_id=model.pf_device_id,
+                      pci_class=model.pci_class, numa_node=numa,
+                      iommu_group=20 + k,
+                      sriov_totalvfs=max(model.vf_counts) if model.vf_counts
+                      else None)
+        if mode in GIM_MODES:
+            count = GIM_MODES[mode]
+            vfs = tuple(VirtualFunction(
+                address=PciAddress(0, address.bus, 2, i), index=i,
+                device_id=model.vf_device_id or 0, driver=Driver.VFIO_PCI,
+                iommu_group=100 + 8 * k + i, numa_node=numa)
+                for i in range(count))
+            totalvfs = max(count, common['sriov_totalvfs'] or 0)
+            common.update(sriov_totalvfs=totalvfs)
+            gpus.append(Gpu(driver=Driver.GIM, sriov_numvfs=count, vfs=vfs,
+                            **common))  # type: ignore[arg-type]
+            continue
+        if mode == VFIO_MODE:
+            gpus.append(Gpu(driver=Driver.VFIO_PCI,
+                            sriov_numvfs=0 if model.vf_counts else None,
+                            **common))  # type: ignore[arg-type]
+            continue
+        uid = _uid(spec.hostname, address)
+        if model.partition_modes:
+            count = catalog.partitions_in_mode(model, mode)
+            render_base = FIRST_RENDER_MINOR + MINORS_PER_GPU * k
+            card_base = FIRST_CARD_MINOR + MINORS_PER_GPU * k
+            available = tuple(m for m, mems in model.partition_modes
+                              if nps in mems)
+            mems = model.memory_modes
+            part_fields = dict(
+                compute_partition=mode.upper(), memory_partition=nps,
+                available_compute_partitions=available,
+                available_memory_partitions=mems if len(mems) > 1 else ())
+        else:
+            count = 1
+            render_base = FIRST_RENDER_MINOR + k
+            card_base = FIRST_CARD_MINOR + k
+            part_fields = {}
+        parts = []
+        for p in range(count):
+            if card_base + p > MAX_CARD_MINOR:
+                break
+            parts.append(Partition(
+                index=p, compute_units=(model.compute_units or 0) // count,
+                vram_mib=vram_mib // count, kfd_node=kfd_node,
+                render_minor=render_base + p, card_minor=card_base + p,
+                location_id=(address.bus << 8) | (address.device << 3) | p,
+                unique_id=uid if p == 0 else _uid(spec.hostname, address,
+                                                  p)))
+            kfd_node += 1
+        gpus.append(Gpu(
+            driver=Driver.AMDGPU, compute_units=model.compute_units,
+            vram_mib=vram_mib, unique_id=uid, product_name=model.product_name,
+            sriov_numvfs=0 if model.vf_counts else None,
+            partitions=tuple(parts), **part_fields,
+            **common))  # type: ignore[arg-type]
+    gim = spec.gim_version if any(m in GIM_MODES for m in modes) else None
+    return HostInventory(hostname=spec.hostname, gpus=tuple(gpus),
+                         source='simulated', gim_version=gim)
+

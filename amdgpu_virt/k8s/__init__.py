@@ -1,0 +1,1 @@
+"""Kubernetes driver: node agent, scheduler extender, device plugin, webhook."""

@@ -1,0 +1,1 @@
+"""OpenStack Nova driver: PCI config, GIM host config, flavors, Placement."""

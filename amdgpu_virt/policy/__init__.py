@@ -1,0 +1,1 @@
+"""Policy: which kind (dedicated, VF, CU) fits each workload, and where."""

@@ -1,0 +1,1 @@
+"""CU and memory sharing of one GPU among several consumers (pure Python)."""
