@@ -7,11 +7,11 @@ be skipped silently.
 
 from __future__ import annotations
 
+import importlib.metadata as importlib_metadata
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from stevedore import driver as sd_driver
-from stevedore import extension as sd_extension
 from stevedore import named as sd_named
 
 from amdgpu_virt import exception
@@ -19,9 +19,8 @@ from amdgpu_virt import exception
 
 def available(namespace: str) -> list[str]:
     """Names registered under ``namespace`` (sorted, not loaded)."""
-    return sorted(ep.name for ep in
-                  sd_extension.ExtensionManager.list_entry_points(
-                      namespace))
+    return sorted({ep.name for ep in
+                   importlib_metadata.entry_points(group=namespace)})
 
 
 def _raise(namespace: str, name: str, reason: str) -> NoReturn:
