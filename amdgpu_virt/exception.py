@@ -1,6 +1,7 @@
 """The one error hierarchy of amdgpu_virt.
 
-Every error the project raises on purpose derives from :class:`AmdgpuVirtError`.
+Every error the project raises on purpose derives from
+:class:`AmdgpuVirtError`.
 A subclass sets ``msg_fmt``, a template filled from the keyword arguments
 given at raise time; the template must name the culprit (the file, field,
 annotation or option that was wrong) so that an operator can act on it
@@ -37,7 +38,7 @@ class AmdgpuVirtError(Exception):
         return self.message
 
 
-# --- configuration and plugins ---------------------------------------------
+# --- configuration and plugins -----------------------------------------------
 
 class ConfigError(AmdgpuVirtError):
     msg_fmt = 'Invalid configuration: option %(option)s: %(reason)s'
@@ -48,7 +49,7 @@ class DriverNotFound(AmdgpuVirtError):
                '(known: %(known)s): %(reason)s')
 
 
-# --- hardware model and catalog --------------------------------------------
+# --- hardware model and catalog ----------------------------------------------
 
 class InvalidPciAddress(AmdgpuVirtError):
     msg_fmt = ('%(value)r is not a PCI address; expected '
@@ -92,7 +93,7 @@ class SimulationError(AmdgpuVirtError):
     msg_fmt = 'Cannot simulate host: %(reason)s'
 
 
-# --- CU and memory sharing -----------------------------------------------------
+# --- CU and memory sharing ---------------------------------------------------
 
 class SharingError(AmdgpuVirtError):
     msg_fmt = 'CU sharing error: %(reason)s'
@@ -113,15 +114,15 @@ class UnknownConsumer(SharingError):
 
 
 class MaskSyntaxError(SharingError):
-    msg_fmt = ('Invalid %(variable)s value %(value)r at position %(position)d: '
-               '%(reason)s')
+    msg_fmt = ('Invalid %(variable)s value %(value)r at position '
+               '%(position)d: %(reason)s')
 
 
 class HamiProtocolError(SharingError):
     msg_fmt = 'Invalid %(key)s value %(value)r: %(reason)s'
 
 
-# --- policy and planning -------------------------------------------------------
+# --- policy and planning -----------------------------------------------------
 
 class WorkloadSpecError(AmdgpuVirtError):
     """One or more problems in a workload specification.
@@ -140,7 +141,7 @@ class PlanError(AmdgpuVirtError):
     msg_fmt = 'Invalid plan %(source)s: %(reason)s'
 
 
-# --- OpenStack Nova --------------------------------------------------------------
+# --- OpenStack Nova ----------------------------------------------------------
 
 class NovaConfigError(AmdgpuVirtError):
     msg_fmt = 'Cannot render Nova configuration for %(host)s: %(reason)s'
@@ -154,7 +155,7 @@ class UnsafeRoleChange(AmdgpuVirtError):
     msg_fmt = 'Refusing to change GPU %(gpu)s: %(reason)s'
 
 
-# --- Kubernetes ------------------------------------------------------------------
+# --- Kubernetes --------------------------------------------------------------
 
 class KubernetesError(AmdgpuVirtError):
     msg_fmt = 'Kubernetes request %(request)s failed: %(reason)s'

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+from typing import Any
 
 from amdgpu_virt import catalog
 from amdgpu_virt import exception
@@ -142,7 +143,8 @@ def design_host(spec: HostSpec) -> HostInventory:
     for k, mode in enumerate(modes):
         address = pf_address(k)
         numa = 0 if k < (spec.gpus + 1) // 2 else 1
-        common = dict(address=address, device_id=model.pf_device_id,
+        common: dict[str, Any] = dict(
+                      address=address, device_id=model.pf_device_id,
                       model=model, subsystem_vendor_id=0x1002,
                       subsystem_device_id=model.pf_device_id,
                       pci_class=model.pci_class, numa_node=numa,
@@ -159,12 +161,12 @@ def design_host(spec: HostSpec) -> HostInventory:
             totalvfs = max(count, common['sriov_totalvfs'] or 0)
             common.update(sriov_totalvfs=totalvfs)
             gpus.append(Gpu(driver=Driver.GIM, sriov_numvfs=count, vfs=vfs,
-                            **common))  # type: ignore[arg-type]
+                            **common))
             continue
         if mode == VFIO_MODE:
             gpus.append(Gpu(driver=Driver.VFIO_PCI,
                             sriov_numvfs=0 if model.vf_counts else None,
-                            **common))  # type: ignore[arg-type]
+                            **common))
             continue
         uid = _uid(spec.hostname, address)
         if model.partition_modes:
@@ -174,7 +176,7 @@ def design_host(spec: HostSpec) -> HostInventory:
             available = tuple(m for m, mems in model.partition_modes
                               if nps in mems)
             mems = model.memory_modes
-            part_fields = dict(
+            part_fields: dict[str, Any] = dict(
                 compute_partition=mode.upper(), memory_partition=nps,
                 available_compute_partitions=available,
                 available_memory_partitions=mems if len(mems) > 1 else ())
@@ -200,7 +202,7 @@ def design_host(spec: HostSpec) -> HostInventory:
             vram_mib=vram_mib, unique_id=uid, product_name=model.product_name,
             sriov_numvfs=0 if model.vf_counts else None,
             partitions=tuple(parts), **part_fields,
-            **common))  # type: ignore[arg-type]
+            **common))
     gim = spec.gim_version if any(m in GIM_MODES for m in modes) else None
     return HostInventory(hostname=spec.hostname, gpus=tuple(gpus),
                          source='simulated', gim_version=gim)

@@ -1,1 +1,1 @@
-"""Kubernetes driver: node agent, scheduler extender, device plugin, webhook."""
+"""Kubernetes driver: node agent, extender, device plugin, webhook."""
