@@ -15,13 +15,9 @@ inventory_opts = [
                         ('snapshot', 'load a saved inventory file')],
                help="""
 Inventory driver, loaded from the ``amdgpu_virt.inventory`` entry point
-namespace.
-
-Possible values:
-
-* sysfs: read PCI, amdgpu and KFD files below ``sysfs_root``
-* amdsmi: use the amdsmi Python library (needs ROCm's libamd_smi.so)
-* snapshot: load ``snapshot_path`` written by ``amdgpu-virt inventory -f json``
+namespace. ``sysfs`` reads PCI, amdgpu and KFD files below ``sysfs_root``;
+``amdsmi`` needs ROCm's libamd_smi.so; ``snapshot`` loads ``snapshot_path``
+as written by ``amdgpu-virt inventory -f json``.
 
 Related options:
 
