@@ -1,0 +1,1 @@
+"""One GPU pool, two clouds: cross-audit and safe role changes (pure)."""
