@@ -67,5 +67,9 @@ class SimulatedHost(fixtures.Fixture):
         simulate.write_tree(self.expected, self.root, self.legacy_xcp_names)
 
     def scan(self, hostname: str = 'host') -> HostInventory:
-        return sysfs.SysfsInventory(test_conf(), self.root,
-                                    hostname).scan()
+        return self.scan_root(self.root, hostname)
+
+    @staticmethod
+    def scan_root(root: str, hostname: str = 'host') -> HostInventory:
+        """Scan the sysfs tree at ``root``."""
+        return sysfs.SysfsInventory(test_conf(), root, hostname).scan()

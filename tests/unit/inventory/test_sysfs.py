@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import shutil
 
+import hypothesis
+from hypothesis import strategies as st
 import testtools
 
 from amdgpu_virt import catalog
@@ -405,3 +407,47 @@ class TestTolerance(testtools.TestCase):
         found = sysfs.SysfsInventory(conf).scan()
         self.assertEqual('from-conf', found.hostname)
         self.assertEqual(2, len(found.gpus))
+
+
+class TestCorruptedTrees(testtools.TestCase):
+    """Any one file overwritten with anything: a result, never a crash."""
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.host = inv_fixtures.SimulatedHost(simulate.HostSpec(
+            'h', gpus=3, gpu_modes=('cpx', 'gim-dpx', 'vfio')))
+        cls.host.setUp()
+        cls.files = sorted(
+            os.path.join(dirpath, name)
+            for dirpath, _dirs, names in os.walk(cls.host.root)
+            for name in names)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.host.cleanUp()
+        super().tearDownClass()
+
+    @hypothesis.settings(max_examples=100)
+    @hypothesis.given(st.data(), st.one_of(
+        st.binary(max_size=64), st.sampled_from(
+            [b'', b'abc', b'-1', b'0x', b'99999999999999999999999999',
+             b'0x1002', b'simd_count 4\nlocation_id 99999999',
+             b'\xff\xfe'])))
+    def test_one_corrupted_file(self, data, content):
+        path = data.draw(st.sampled_from(self.files))
+        with open(path, 'rb') as handle:
+            original = handle.read()
+        try:
+            with open(path, 'wb') as handle:
+                handle.write(content)
+            try:
+                found = self.host.scan()
+            except exception.NothingReadable:
+                return
+            self.assertLessEqual(len(found.gpus), 4)
+            for warning in found.warnings:
+                self.assertTrue(warning.culprit.startswith(self.host.root))
+        finally:
+            with open(path, 'wb') as handle:
+                handle.write(original)
