@@ -1,6 +1,7 @@
 """The one error hierarchy of amdgpu_virt.
 
-Every error the project raises on purpose derives from :class:`AmdgpuVirtError`.
+Every error the project raises on purpose derives from
+:class:`AmdgpuVirtError`.
 A subclass sets ``msg_fmt``, a template filled from the keyword arguments
 given at raise time; the template must name the culprit (the file, field,
 annotation or option that was wrong) so that an operator can act on it
@@ -96,7 +97,7 @@ class SimulationError(AmdgpuVirtError):
     msg_fmt = 'Cannot simulate host: %(reason)s'
 
 
-# --- CU and memory sharing -----------------------------------------------------
+# --- CU and memory sharing ---------------------------------------------------
 
 class SharingError(AmdgpuVirtError):
     msg_fmt = 'CU sharing error: %(reason)s'
@@ -125,7 +126,7 @@ class HamiProtocolError(SharingError):
     msg_fmt = 'Invalid %(key)s value %(value)r: %(reason)s'
 
 
-# --- policy and planning -------------------------------------------------------
+# --- policy and planning -----------------------------------------------------
 
 class WorkloadSpecError(AmdgpuVirtError):
     """One or more problems in a workload specification.
@@ -144,7 +145,7 @@ class PlanError(AmdgpuVirtError):
     msg_fmt = 'Invalid plan %(source)s: %(reason)s'
 
 
-# --- OpenStack Nova --------------------------------------------------------------
+# --- OpenStack Nova ----------------------------------------------------------
 
 class NovaConfigError(AmdgpuVirtError):
     msg_fmt = 'Cannot render Nova configuration for %(host)s: %(reason)s'
@@ -158,7 +159,7 @@ class UnsafeRoleChange(AmdgpuVirtError):
     msg_fmt = 'Refusing to change GPU %(gpu)s: %(reason)s'
 
 
-# --- Kubernetes ------------------------------------------------------------------
+# --- Kubernetes --------------------------------------------------------------
 
 class KubernetesError(AmdgpuVirtError):
     msg_fmt = 'Kubernetes request %(request)s failed: %(reason)s'

@@ -15,6 +15,8 @@ from amdgpu_virt.model import InventoryWarning
 from amdgpu_virt.model import replace
 from tests.unit.inventory import fixtures as inv_fixtures
 
+YAML_KINDS = ('mi300x-mixed', 'mi300a-tpx', 'mi210-gim-spx')
+
 
 class TestRoundTrip(testtools.TestCase):
 
@@ -22,7 +24,11 @@ class TestRoundTrip(testtools.TestCase):
         for kind, spec in simulate.KINDS.items():
             inventory = replace(simulate.design_host(spec), warnings=(
                 InventoryWarning('/sys/x', 'odd'),))
-            for fmt in ('json', 'yaml'):
+            # YAML is slow to parse: a few kinds are enough for it
+            formats = ['json']
+            if kind in YAML_KINDS:
+                formats.append('yaml')
+            for fmt in formats:
                 text = snapshot.dumps(inventory, fmt)
                 self.assertEqual(inventory, snapshot.loads(text, kind),
                                  '%s %s' % (kind, fmt))
