@@ -294,38 +294,60 @@ def _pci_name(address: PciAddress) -> str:
 
 
 class _TreeWriter:
-    """Writes files and relative symlinks below one root directory."""
+    """Writes files and relative symlinks below one root directory.
+
+    A file or link that already has the wanted content is left alone, so
+    writing the same tree twice changes nothing.
+    """
 
     def __init__(self, root: str) -> None:
         self.root = os.path.abspath(root)
+        self._dirs: set[str] = set()
 
     def path(self, rel: str) -> str:
         return os.path.join(self.root, rel)
 
+    def _ensure_dir(self, directory: str) -> None:
+        if directory not in self._dirs:
+            os.makedirs(directory, exist_ok=True)
+            self._dirs.add(directory)
+
     def write(self, rel: str, value: object) -> None:
         full = self.path(rel)
-        text = '%s\n' % (value,)
+        data = ('%s\n' % (value,)).encode('ascii')
         try:
-            with open(full, encoding='ascii') as handle:
-                if handle.read() == text:
-                    return
-        except (OSError, UnicodeDecodeError):
-            os.makedirs(os.path.dirname(full), exist_ok=True)
-        with open(full, 'w', encoding='ascii') as handle:
-            handle.write(text)
+            fd = os.open(full, os.O_RDONLY)
+        except FileNotFoundError:
+            self._ensure_dir(os.path.dirname(full))
+        else:
+            try:
+                current = os.read(fd, len(data) + 1)
+            except OSError:
+                current = b''
+            finally:
+                os.close(fd)
+            if current == data:
+                return
+        fd = os.open(full, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.write(fd, data)
+        finally:
+            os.close(fd)
 
     def mkdir(self, rel: str) -> None:
-        os.makedirs(self.path(rel), exist_ok=True)
+        self._ensure_dir(self.path(rel))
 
     def link(self, rel: str, target_rel: str) -> None:
         """Make ``rel`` a relative symlink to ``target_rel`` (both rooted)."""
         full = self.path(rel)
-        os.makedirs(os.path.dirname(full), exist_ok=True)
-        target = os.path.relpath(self.path(target_rel), os.path.dirname(full))
-        if os.path.islink(full):
+        parent = os.path.dirname(full)
+        target = os.path.relpath(self.path(target_rel), parent)
+        try:
             if os.readlink(full) == target:
                 return
             os.unlink(full)
+        except FileNotFoundError:
+            self._ensure_dir(parent)
         os.symlink(target, full)
 
 
