@@ -492,6 +492,13 @@ class _Scan:
                           compute, expected, len(partitions),
                           ', '.join(str(p.index) for p in partitions)
                           or 'none'))
+        beyond = [p.index for p in partitions
+                  if expected is not None and p.index >= expected]
+        if beyond:
+            self.warn(os.path.join(fn.path, 'current_compute_partition'),
+                      '%s implies %d partitions but KFD shows partition(s) '
+                      '%s too' % (compute, expected,
+                                  ', '.join(map(str, beyond))))
         if model is None:
             model = self.unknown_model(fn, product_name, compute_units,
                                        vram_mib)

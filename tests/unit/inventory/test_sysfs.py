@@ -270,6 +270,30 @@ class TestTolerance(testtools.TestCase):
         self.assertEqual(7, len(gpu.partitions))
         self.assertNotIn(0, [p.index for p in gpu.partitions])
 
+    def test_kfd_partition_beyond_the_mode(self):
+        host = self.useFixture(inv_fixtures.SimulatedHost(
+            simulate.HostSpec('h', gpus=1, mode='dpx')))
+        props = os.path.join(host.root, sysfs.KFD_NODES, '3', 'properties')
+        with open(props) as handle:
+            text = handle.read()
+        self.write(props, text.replace('location_id 1281',
+                                       'location_id 1285'))
+        found = host.scan()
+        self.assertEqual([0, 5], [p.index for p in found.gpus[0].partitions])
+        self.assertIn('DPX implies 2 partitions but KFD shows partition(s) '
+                      '5 too', found.warnings[0].message)
+
+    def test_two_nodes_claim_one_partition(self):
+        props = os.path.join(self.root, sysfs.KFD_NODES, '3', 'properties')
+        with open(props) as handle:
+            text = handle.read()
+        self.write(props, text.replace('location_id 1281',
+                                       'location_id 1280'))
+        found = self.host.scan()
+        self.assertEqual(7, len(found.gpus[0].partitions))
+        self.assertIn('already seen at KFD node 2',
+                      self.culprits(found)[props])
+
     def test_kfd_garbage_lines_and_simd_per_cu(self):
         props = os.path.join(self.root, sysfs.KFD_NODES, '3', 'properties')
         with open(props) as handle:
