@@ -14,6 +14,7 @@ from cliff import command
 
 from amdgpu_virt import catalog
 from amdgpu_virt import exception
+from amdgpu_virt.inventory import fleet
 from amdgpu_virt.inventory import simulate
 
 #: Top-level directories a simulated tree consists of; --force removes
@@ -53,6 +54,11 @@ class SimulateHost(command.Command):
             '--legacy-xcp-names', action='store_true',
             help='name partition devices amdgpu_xcp.<i> as older kernels '
                  'do (default amdgpu_xcp_<i>)')
+        parser.add_argument(
+            '--fleet', metavar='PATH',
+            help='write every host of this fleet file ("sample" for the '
+                 'embedded sample fleet) into DIR/<hostname>, instead of '
+                 'one host from the options above')
         parser.add_argument('--out', required=True, metavar='DIR',
                             help='directory to write the tree into')
         parser.add_argument(
@@ -62,6 +68,16 @@ class SimulateHost(command.Command):
         return parser
 
     def take_action(self, parsed_args: argparse.Namespace) -> int:
+        if parsed_args.fleet:
+            path = None if parsed_args.fleet == 'sample' else \
+                parsed_args.fleet
+            specs = fleet.load_specs(path)
+            self._prepare(parsed_args.out, parsed_args.force)
+            for spec in specs:
+                self._write(spec, os.path.join(parsed_args.out,
+                                               spec.hostname),
+                            parsed_args.legacy_xcp_names, force=True)
+            return 0
         gpu_modes: tuple[str, ...] = ()
         gpus = parsed_args.gpus
         if parsed_args.gpu_modes:
@@ -72,10 +88,15 @@ class SimulateHost(command.Command):
             hostname=parsed_args.hostname, model=parsed_args.model,
             gpus=gpus, mode=parsed_args.mode, nps=parsed_args.nps,
             gpu_modes=gpu_modes)
-        inventory = simulate.design_host(spec)
-        out = parsed_args.out
+        self._write(spec, parsed_args.out, parsed_args.legacy_xcp_names,
+                    parsed_args.force)
+        return 0
+
+    @staticmethod
+    def _prepare(out: str, force: bool) -> None:
+        """Refuse a non-empty ``out`` unless forced; clear an old tree."""
         if os.path.isdir(out) and os.listdir(out):
-            if not parsed_args.force:
+            if not force:
                 raise exception.SimulationError(
                     reason='--out %s is not empty; use --force to write '
                     'into it' % out)
@@ -86,9 +107,13 @@ class SimulateHost(command.Command):
         elif os.path.exists(out) and not os.path.isdir(out):
             raise exception.SimulationError(
                 reason='--out %s is not a directory' % out)
-        simulate.write_tree(inventory, out, parsed_args.legacy_xcp_names)
+
+    def _write(self, spec: simulate.HostSpec, out: str,
+               legacy_xcp_names: bool, force: bool) -> None:
+        inventory = simulate.design_host(spec)
+        self._prepare(out, force)
+        simulate.write_tree(inventory, out, legacy_xcp_names)
         self.app.stdout.write(
             'Wrote %s: %d x %s, %d partitions, %d VFs, to %s\n' % (
                 spec.hostname, len(inventory.gpus), spec.model,
                 inventory.partition_count, inventory.vf_count, out))
-        return 0

@@ -494,7 +494,7 @@ class _Scan:
                           or 'none'))
         beyond = [p.index for p in partitions
                   if expected is not None and p.index >= expected]
-        if beyond:
+        if beyond and expected is not None:
             self.warn(os.path.join(fn.path, 'current_compute_partition'),
                       '%s implies %d partitions but KFD shows partition(s) '
                       '%s too' % (compute, expected,

@@ -185,3 +185,34 @@ class TestConsoleScript(CliTestCase):
             check=True, capture_output=True, text=True)
         self.assertEqual(16, snapshot.loads(done.stdout, 'script').vf_count)
         self.assertEqual('', done.stderr)
+
+
+class TestSimulateFleet(CliTestCase):
+
+    def test_sample_fleet(self):
+        out = os.path.join(self.tmp, 'fleet')
+        status, stdout, _err = self.run_cli('simulate-host', '--fleet',
+                                            'sample', '--out', out)
+        self.assertEqual(0, status, self.logger.output)
+        self.assertEqual(5, stdout.count('Wrote '))
+        self.assertEqual(['bm-0', 'bm-1', 'gim-0', 'gim-1', 'mi210-0'],
+                         sorted(os.listdir(out)))
+        found = inv_fixtures.SimulatedHost.scan_root(
+            os.path.join(out, 'bm-1'))
+        self.assertEqual(63, found.partition_count)
+        status, _out, _err = self.run_cli('simulate-host', '--fleet',
+                                          'sample', '--out', out)
+        self.assertEqual(1, status)
+        status, _out, _err = self.run_cli('simulate-host', '--fleet',
+                                          'sample', '--out', out, '--force')
+        self.assertEqual(0, status)
+
+    def test_bad_fleet_file(self):
+        path = os.path.join(self.tmp, 'fleet.yaml')
+        with open(path, 'w') as handle:
+            handle.write('hosts: [{model: MI300X}]\n')
+        status, _out, _err = self.run_cli('simulate-host', '--fleet', path,
+                                          '--out', os.path.join(self.tmp,
+                                                                'x'))
+        self.assertEqual(1, status)
+        self.assertIn('hosts[0]: hostname is required', self.logger.output)
