@@ -467,3 +467,58 @@ class TestCorruptedTrees(testtools.TestCase):
         finally:
             with open(path, 'wb') as handle:
                 handle.write(original)
+
+
+class TestTreesWithSomethingMissing(testtools.TestCase):
+    """Any one file or link removed or pointed elsewhere: still a result."""
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.host = inv_fixtures.SimulatedHost(simulate.HostSpec(
+            'h', gpus=3, gpu_modes=('qpx', 'gim-dpx', 'vfio')))
+        cls.host.setUp()
+        cls.entries = []
+        for dirpath, dirs, names in os.walk(cls.host.root):
+            for name in dirs + names:
+                path = os.path.join(dirpath, name)
+                if os.path.islink(path) or name in names:
+                    cls.entries.append(path)
+        cls.entries.sort()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.host.cleanUp()
+        super().tearDownClass()
+
+    @hypothesis.settings(max_examples=100)
+    @hypothesis.given(st.data(), st.sampled_from(
+        ['remove', 'dangle', 'loop', 'to-file']))
+    def test_one_entry_broken(self, data, how):
+        path = data.draw(st.sampled_from(self.entries))
+        if os.path.islink(path):
+            saved = ('link', os.readlink(path))
+        else:
+            with open(path, 'rb') as handle:
+                saved = ('file', handle.read())
+        os.unlink(path)
+        try:
+            if how == 'dangle':
+                os.symlink('../nowhere/0000:ff:1f.7', path)
+            elif how == 'loop':
+                os.symlink(os.path.basename(path), path)
+            elif how == 'to-file':
+                os.symlink('/dev/null', path)
+            try:
+                found = self.host.scan()
+            except exception.NothingReadable:
+                return
+            self.assertLessEqual(len(found.gpus), 5)
+        finally:
+            if os.path.lexists(path):
+                os.unlink(path)
+            if saved[0] == 'link':
+                os.symlink(saved[1], path)
+            else:
+                with open(path, 'wb') as handle:
+                    handle.write(saved[1])
