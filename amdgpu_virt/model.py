@@ -46,15 +46,20 @@ class PciAddress:
         match = _BDF_RE.match(text.strip()) if isinstance(text, str) else None
         if match is None:
             raise exception.InvalidPciAddress(value=text)
-        return cls(int(match['domain'] or '0', 16), int(match['bus'], 16),
-                   int(match['device'], 16), int(match['function'], 16))
+        try:
+            return cls(int(match['domain'] or '0', 16),
+                       int(match['bus'], 16), int(match['device'], 16),
+                       int(match['function'], 16))
+        except exception.InvalidPciAddress:
+            # a field out of range (device 0x20..0xff): name the text
+            raise exception.InvalidPciAddress(value=text) from None
 
     def __str__(self) -> str:
         return '%04x:%02x:%02x.%x' % (self.domain, self.bus, self.device,
                                       self.function)
 
 
-class Driver(str, enum.Enum):
+class Driver(str, enum.Enum):  # noqa: UP042 (str() stays Enum-style)
     """The kernel driver bound to a PCI function."""
 
     AMDGPU = 'amdgpu'
@@ -73,7 +78,7 @@ class Driver(str, enum.Enum):
         return cls.OTHER
 
 
-class Role(str, enum.Enum):
+class Role(str, enum.Enum):  # noqa: UP042 (str() stays Enum-style)
     """What a GPU is used for; exactly one per GPU."""
 
     NOVA_VF = 'nova-vf'
@@ -92,7 +97,7 @@ class Role(str, enum.Enum):
         return None
 
 
-class Kind(str, enum.Enum):
+class Kind(str, enum.Enum):  # noqa: UP042 (str() stays Enum-style)
     """How a workload uses a GPU."""
 
     DEDICATED = 'dedicated'
