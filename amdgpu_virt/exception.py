@@ -162,3 +162,16 @@ class KubernetesError(AmdgpuVirtError):
 
 class AnnotationError(KubernetesError):
     msg_fmt = 'Bad annotation %(key)s on %(obj)s: %(reason)s'
+
+
+class DevicePluginError(KubernetesError):
+    msg_fmt = 'Device plugin for %(resource)s: %(reason)s'
+
+
+class UnknownDevice(DevicePluginError):
+    msg_fmt = ('Device ID %(device)r in %(request)s is not one that the '
+               'device plugin for %(resource)s offered')
+
+
+class AdmissionReviewError(KubernetesError):
+    msg_fmt = 'Invalid AdmissionReview: %(field)s: %(reason)s'

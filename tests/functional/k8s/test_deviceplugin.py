@@ -1,0 +1,139 @@
+"""The device plugin and the kubelet stand-in over real unix sockets."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+
+import grpc
+import testtools
+
+from amdgpu_virt.inventory import simulate
+from amdgpu_virt.k8s import deviceplugin
+from amdgpu_virt.k8s import devices
+from amdgpu_virt.k8s.proto.deviceplugin.v1beta1 import api_pb2
+from tests.functional.fixtures import kubelet as kubelet_fixture
+
+RESOURCE = 'amd.com/gpu'
+
+
+class DevicePluginTest(testtools.TestCase):
+
+    def setUp(self) -> None:
+        super().setUp()
+        # unix socket paths are limited to ~107 bytes: keep the dir short
+        self.dir = tempfile.mkdtemp(prefix='dp')
+        self.addCleanup(shutil.rmtree, self.dir, True)
+        self.dev_root = os.path.join(self.dir, 'root')
+        self.plugin_dir = os.path.join(self.dir, 'dp')
+        os.makedirs(self.plugin_dir)
+        self.inventory = simulate.design_host(
+            simulate.HostSpec(hostname='n1', mode='spx'))
+        self.units = devices.units_from_inventory(self.inventory)
+        # AMD device nodes cannot exist here: fake them under a root dir
+        os.makedirs(os.path.join(self.dev_root, 'dev', 'dri'))
+        open(os.path.join(self.dev_root, 'dev', 'kfd'), 'w').close()
+        for unit in self.units:
+            for path in (unit.card_path, unit.render_path):
+                open(os.path.join(self.dev_root, path.lstrip('/')),
+                     'w').close()
+        self.kubelet = kubelet_fixture.KubeletStandIn(self.plugin_dir)
+        self.kubelet.start()
+        self.addCleanup(self.kubelet.stop)
+
+    def _plugin(self, share_count: int = 2) -> deviceplugin.DevicePlugin:
+        plugin = deviceplugin.DevicePlugin(
+            self.inventory, plugin_dir=self.plugin_dir,
+            socket_name='amdgpu.sock', resource_name=RESOURCE,
+            share_count=share_count, poll_interval=0.05,
+            health=deviceplugin.device_node_health(self.dev_root))
+        plugin.start()
+        self.addCleanup(plugin.stop)
+        return plugin
+
+    def test_registers_and_lists_devices(self) -> None:
+        self._plugin(share_count=2)
+        endpoint = self.kubelet.wait_for_devices(RESOURCE, count=16)
+        request = self.kubelet.register_requests[0]
+        self.assertEqual(('v1beta1', 'amdgpu.sock', RESOURCE, True),
+                         (request.version, request.endpoint,
+                          request.resource_name,
+                          request.options.get_preferred_allocation_available))
+        self.assertEqual(16, endpoint.capacity)
+        first = endpoint.devices[0]
+        self.assertEqual('%s-0' % self.units[0].uuid, first.ID)
+        self.assertEqual([0], [n.ID for n in first.topology.nodes])
+        self.assertEqual([1], [n.ID for n in
+                               endpoint.devices[-1].topology.nodes])
+
+    def test_whole_gpu_allocation(self) -> None:
+        self._plugin(share_count=2)
+        self.kubelet.wait_for_devices(RESOURCE, count=16)
+        chosen, response = self.kubelet.admit(RESOURCE, 2)
+        # GetPreferredAllocation spreads over two distinct GPUs
+        self.assertEqual([self.units[0].device_id(0),
+                          self.units[1].device_id(0)], chosen)
+        self.assertEqual(
+            'GPU-%s,GPU-%s' % (self.units[0].uuid, self.units[1].uuid),
+            response.envs['ROCR_VISIBLE_DEVICES'])
+        self.assertEqual('0,1', response.envs['HIP_VISIBLE_DEVICES'])
+        self.assertEqual(
+            ['/dev/kfd', '/dev/dri/card1', '/dev/dri/renderD128',
+             '/dev/dri/card9', '/dev/dri/renderD136'],
+            [d.host_path for d in response.devices])
+        self.assertEqual({'rw'}, {d.permissions for d in response.devices})
+        # the next whole-GPU container gets the next untouched GPUs
+        chosen, _response = self.kubelet.admit(RESOURCE, 1)
+        self.assertEqual([self.units[2].device_id(0)], chosen)
+
+    def test_allocate_unknown_device_is_refused(self) -> None:
+        self._plugin()
+        endpoint = self.kubelet.wait_for_devices(RESOURCE)
+        err = self.assertRaises(
+            grpc.RpcError, endpoint.stub.Allocate, api_pb2.AllocateRequest(
+                container_requests=[api_pb2.ContainerAllocateRequest(
+                    devices_ids=['feedfacefeedface-0'])]), timeout=10)
+        self.assertEqual(grpc.StatusCode.INVALID_ARGUMENT, err.code())
+        self.assertIn('feedfacefeedface-0', err.details())
+
+    def test_health_change_sends_new_list(self) -> None:
+        self._plugin(share_count=1)
+        self.kubelet.wait_for_devices(RESOURCE, count=8)
+        os.unlink(os.path.join(self.dev_root,
+                               self.units[3].render_path.lstrip('/')))
+        endpoint = self.kubelet.wait_for_devices(RESOURCE, updates=2)
+        self.assertEqual(7, endpoint.capacity)
+        sick = [d.ID for d in endpoint.devices if d.health == 'Unhealthy']
+        self.assertEqual([self.units[3].device_id(0)], sick)
+
+    def test_reregisters_after_kubelet_restart(self) -> None:
+        plugin = self._plugin(share_count=1)
+        self.kubelet.wait_for_devices(RESOURCE, count=8)
+        self.kubelet.restart()
+        self.assertEqual({}, self.kubelet.plugins)
+        endpoint = self.kubelet.wait_for_devices(RESOURCE, count=8)
+        self.assertEqual(2, len(self.kubelet.register_requests))
+        self.assertEqual(2, plugin.registrations)
+        self.assertTrue(os.path.exists(plugin.socket_path))
+        chosen, response = self.kubelet.admit(RESOURCE, 1)
+        self.assertEqual(1, len(chosen))
+        self.assertTrue(response.envs['ROCR_VISIBLE_DEVICES'].startswith(
+            'GPU-'))
+        self.assertEqual(8, endpoint.capacity)
+
+    def test_waits_for_kubelet_then_registers(self) -> None:
+        self.kubelet.stop()
+        plugin = self._plugin()
+        self.assertEqual(0, plugin.registrations)
+        self.kubelet.start()
+        self.kubelet.wait_for_devices(RESOURCE, count=16)
+        self.assertEqual(1, plugin.registrations)
+
+    def test_clean_shutdown_removes_socket(self) -> None:
+        plugin = self._plugin()
+        self.kubelet.wait_for_devices(RESOURCE)
+        plugin.stop()
+        self.assertFalse(os.path.exists(plugin.socket_path))
+        self.assertTrue(self.kubelet.wait_for(
+            lambda: self.kubelet.plugins[RESOURCE].stream_ended))
