@@ -88,7 +88,7 @@ class BestFitTest(testtools.TestCase):
 
     def test_refuses_only_when_too_few_free(self):
         cus = self.make(16)
-        cus.claim('x', [i for i in range(0, 16, 2)])
+        cus.claim('x', range(0, 16, 2))
         self.assertEqual(8, len(cus.allocate('a', 8)))
         self.assertRaises(exception.InsufficientCapacity, cus.allocate,
                           'b', 1)
