@@ -62,6 +62,29 @@ kubernetes_opts: list[cfg.Opt] = [
              '* 1: one pod per GPU (whole GPUs only)\n'
              '* 2-100: up to this many pods share a GPU; HAMi uses 10 and '
              'publishes it as ``count`` in the node registration\n'),
+    cfg.StrOpt(
+        'allocation_mode', default='hami', choices=[
+            ('hami', 'the GPUs, CU counts and memory of each container come '
+                     'from the HAMi annotations the scheduler extender '
+                     'wrote on its pod; shared GPUs get HSA_CU_MASK, memory '
+                     'limits and the LD_AUDIT library'),
+            ('whole', 'every device ID kubelet allocates names a distinct '
+                      'whole GPU; no API access (no extender needed)')],
+        help='How the device plugin answers kubelet\'s Allocate.\n\n'
+             'Related options:\n\n'
+             '* share_count (use 1 with ``whole``)\n'
+             '* vgpu_library\n'
+             '* [sharing] cu_strategy\n'),
+    cfg.StrOpt(
+        'vgpu_library', default='/usr/local/vgpu/libamvgpu.so',
+        help='Host path of the LD_AUDIT library that enforces memory limits '
+             'in containers on a shared GPU; it is mounted read-only at '
+             'the same path and named in LD_AUDIT.\n\n'
+             'Possible values:\n\n'
+             '* an absolute path; HAMi installs it at '
+             '/usr/local/vgpu/libamvgpu.so\n\n'
+             'Related options:\n\n'
+             '* allocation_mode\n'),
     cfg.FloatOpt(
         'kubelet_poll_interval', default=1.0, min=0.05, max=60.0,
         help='Seconds between checks that kubelet.sock is unchanged (a '

@@ -8,9 +8,14 @@ new list whenever health changes. A kubelet restart recreates
 ``kubelet.sock`` and removes plugin sockets: a watcher thread notices
 either, serves a fresh socket and registers again.
 
-Allocate handles whole-GPU requests: every device ID names a distinct GPU,
-which the container gets with ``/dev/kfd``, its DRM nodes and the ROCr
-environment.
+Allocate works in one of two modes. Without a pod source, every device ID
+names a distinct GPU, which the container gets whole, with ``/dev/kfd``,
+its DRM nodes and the ROCr environment. With a pod source (pods scheduled
+by a HAMi-compatible extender), the GPUs, CU counts and memory come from
+the pod's HAMi annotations (see :mod:`amdgpu_virt.k8s.sharedalloc`): the
+container also gets ``HSA_CU_MASK``, memory limits and the ``LD_AUDIT``
+library, the pod's ``hami.io/amd-cu-allocated`` and bind phase are
+written and the node lock is released.
 """
 
 from __future__ import annotations
@@ -22,15 +27,21 @@ import os
 import threading
 from collections.abc import Callable
 from collections.abc import Iterator
+from collections.abc import Mapping
 from collections.abc import Sequence
+from typing import Any
 
 import grpc
 
 from amdgpu_virt import exception
 from amdgpu_virt import model
 from amdgpu_virt.k8s import devices
+from amdgpu_virt.k8s import pods as pods_mod
+from amdgpu_virt.k8s import sharedalloc
 from amdgpu_virt.k8s.proto.deviceplugin.v1beta1 import api_pb2
 from amdgpu_virt.k8s.proto.deviceplugin.v1beta1 import api_pb2_grpc
+from amdgpu_virt.sharing import allocator
+from amdgpu_virt.sharing import hami
 
 LOG = logging.getLogger(__name__)
 
@@ -141,7 +152,11 @@ def _allocation_to_proto(allocation: devices.ContainerAllocation
         devices=[api_pb2.DeviceSpec(container_path=node.container_path,
                                     host_path=node.host_path,
                                     permissions=node.permissions)
-                 for node in allocation.devices])
+                 for node in allocation.devices],
+        mounts=[api_pb2.Mount(container_path=mount.container_path,
+                              host_path=mount.host_path,
+                              read_only=mount.read_only)
+                for mount in allocation.mounts])
 
 
 class DevicePlugin:
@@ -155,6 +170,10 @@ class DevicePlugin:
     :param poll_interval: seconds between kubelet.sock and health checks.
     :param health: health check per unit; default: all healthy.
     :param gpus: PCI addresses of the GPUs to offer; None for all.
+    :param pod_source: where HAMi pod annotations are read and written;
+        None for whole-GPU allocation by device ID.
+    :param cu_strategy: how free CUs are chosen for shared GPUs.
+    :param library: the LD_AUDIT library given to shared containers.
     """
 
     def __init__(self, inventory: model.HostInventory,
@@ -163,7 +182,10 @@ class DevicePlugin:
                  resource_name: str = 'amd.com/gpu',
                  share_count: int = 10, poll_interval: float = 1.0,
                  health: HealthCheck | None = None,
-                 gpus: Sequence[str] | None = None) -> None:
+                 gpus: Sequence[str] | None = None,
+                 pod_source: pods_mod.PodSource | None = None,
+                 cu_strategy: allocator.CuStrategy | None = None,
+                 library: str = hami.LD_AUDIT_LIBRARY) -> None:
         if share_count < 1:
             raise exception.ConfigError(
                 option='[kubernetes] share_count',
@@ -179,6 +201,10 @@ class DevicePlugin:
         self.units = devices.units_from_inventory(inventory, gpus)
         self.index = devices.DeviceIndex(self.units, share_count,
                                          resource_name)
+        self.pod_source = pod_source
+        self.cu_strategy = cu_strategy
+        self.library = library
+        self._allocate_lock = threading.Lock()
         self.cond = threading.Condition()
         #: bumped whenever the device list changes
         self.version = 0
@@ -223,15 +249,75 @@ class DevicePlugin:
                  request: str) -> devices.ContainerAllocation:
         """The allocation for one container's device IDs.
 
-        :raises UnknownDevice, DevicePluginError: naming the request.
+        :raises UnknownDevice, DevicePluginError, AnnotationError,
+            SharingError, KubernetesError: naming the request, pod or
+            annotation at fault.
         """
-        # TODO(k8s): shared (HAMi) requests: find the pod from the node
-        # lock / bind-phase, rebuild CU occupancy from
-        # hami.io/amd-cu-allocated, add HSA_CU_MASK and memory limits.
-        allocation = self.index.whole_gpus(device_ids, request)
+        if self.pod_source is None:
+            allocation = self.index.whole_gpus(device_ids, request)
+        else:
+            with self._allocate_lock:
+                allocation = self._allocate_shared(device_ids, request)
         LOG.info('Allocated %s for %s: %s', self.resource_name, request,
                  dict(allocation.envs).get('ROCR_VISIBLE_DEVICES'))
         return allocation
+
+    def _allocate_shared(self, device_ids: Sequence[str],
+                         request: str) -> devices.ContainerAllocation:
+        source = self.pod_source
+        assert source is not None
+        for _attempt in range(5):
+            pods = source.pods_on_node()
+            pod = sharedalloc.find_pod(pods, source.node_name,
+                                       source.node_lock())
+            if pod is None:
+                raise exception.DevicePluginError(
+                    resource=self.resource_name,
+                    reason='%s: no pod on node %s is being allocated (none '
+                    'has %s=allocating and %s=%s)' % (
+                        request, source.node_name, hami.BIND_PHASE,
+                        hami.VGPU_NODE, source.node_name))
+            try:
+                result = sharedalloc.allocate(
+                    pod, self.units, pods, device_ids, request,
+                    strategy=self.cu_strategy, library=self.library)
+            except exception.AmdgpuVirtError as err:
+                self._fail(pod, err)
+                raise
+            try:
+                source.annotate_pod(pod, result.annotations)
+            except exception.KubernetesConflict:
+                LOG.info('pod %s changed during Allocate; retrying',
+                         sharedalloc.pod_key(pod))
+                continue
+            if result.done:
+                meta = pod.get('metadata') or {}
+                source.release_lock(meta.get('namespace', ''),
+                                    meta.get('name', ''))
+            LOG.info('pod %s container %d: %s', sharedalloc.pod_key(pod),
+                     result.container, dict(result.allocation.envs))
+            return result.allocation
+        raise exception.DevicePluginError(
+            resource=self.resource_name,
+            reason='%s: pods kept changing during Allocate' % request)
+
+    def _fail(self, pod: Mapping[str, Any], err: Exception) -> None:
+        """Best effort: bind-phase failed and the node lock released."""
+        source = self.pod_source
+        assert source is not None
+        meta = pod.get('metadata') or {}
+        LOG.warning('Allocate for pod %s failed: %s',
+                    sharedalloc.pod_key(pod), err)
+        unconditional = {'metadata': {'namespace': meta.get('namespace'),
+                                      'name': meta.get('name')}}
+        try:
+            source.annotate_pod(unconditional, {
+                hami.BIND_PHASE: hami.BindPhase.FAILED.value})
+            source.release_lock(meta.get('namespace', ''),
+                                meta.get('name', ''))
+        except exception.AmdgpuVirtError as second:
+            LOG.warning('Could not mark pod %s failed: %s',
+                        sharedalloc.pod_key(pod), second)
 
     # lifecycle
     def start(self) -> DevicePlugin:
@@ -334,3 +420,32 @@ class DevicePlugin:
                 self._serve()
         if not self._registered:
             self._try_register()
+
+
+def from_conf(conf: Any, inventory: model.HostInventory,
+              pod_source: pods_mod.PodSource | None = None
+              ) -> DevicePlugin:
+    """A device plugin configured by the ``[kubernetes]`` options.
+
+    In ``hami`` allocation mode without ``pod_source``, pods are read
+    through the API (``[kubernetes] kubeconfig``, ``node_name``).
+
+    :raises ConfigError: naming the option at fault.
+    :raises DriverNotFound: an unknown ``[sharing] cu_strategy``.
+    """
+    group = conf.kubernetes
+    if group.allocation_mode == 'hami' and pod_source is None:
+        from amdgpu_virt.k8s import client as k8s_client
+        pod_source = pods_mod.KubernetesPodSource(
+            k8s_client.node_name(conf), k8s_client.core_api(conf))
+    elif group.allocation_mode == 'whole':
+        pod_source = None
+    return DevicePlugin(
+        inventory, plugin_dir=group.device_plugin_dir,
+        socket_name=group.device_plugin_socket,
+        resource_name=group.resource_name, share_count=group.share_count,
+        poll_interval=group.kubelet_poll_interval,
+        health=device_node_health(group.device_root),
+        pod_source=pod_source,
+        cu_strategy=allocator.load_strategy(conf.sharing.cu_strategy),
+        library=group.vgpu_library)

@@ -43,6 +43,8 @@ class GpuUnit:
     vram_mib: int
     numa_node: int | None = None
     product_name: str = ''
+    #: CUs a mask must enable together (2 on RDNA, 1 on CDNA)
+    cu_unit: int = 1
 
     @property
     def rocr_id(self) -> str:
@@ -78,11 +80,19 @@ class DeviceNode:
 
 
 @dataclasses.dataclass(frozen=True)
+class MountSpec:
+    container_path: str
+    host_path: str
+    read_only: bool = True
+
+
+@dataclasses.dataclass(frozen=True)
 class ContainerAllocation:
     """What one container gets from Allocate."""
 
     envs: tuple[tuple[str, str], ...]
     devices: tuple[DeviceNode, ...]
+    mounts: tuple[MountSpec, ...] = ()
 
 
 def units_from_inventory(inventory: model.HostInventory,
@@ -114,7 +124,8 @@ def units_from_inventory(inventory: model.HostInventory,
                 card_minor=part.card_minor, render_minor=part.render_minor,
                 compute_units=part.compute_units, vram_mib=part.vram_mib,
                 numa_node=gpu.numa_node,
-                product_name=gpu.product_name or gpu.model.product_name))
+                product_name=gpu.product_name or gpu.model.product_name,
+                cu_unit=gpu.model.cu_alloc_unit))
     return tuple(units)
 
 

@@ -362,3 +362,32 @@ class NamespaceLabelCache:
         with self._lock:
             self._cache[namespace] = (now, labels)
         return labels
+
+
+def from_conf(conf: Any, core_api: Any | None = None) -> _WebhookServer:
+    """The webhook server configured by the ``[kubernetes]`` options.
+
+    Namespace labels are read through ``core_api`` (default: a client
+    from ``[kubernetes] kubeconfig``).
+
+    :raises ConfigError: naming the option at fault.
+    """
+    group = conf.kubernetes
+    if core_api is None:
+        from amdgpu_virt.k8s import client as k8s_client
+        core_api = k8s_client.core_api(conf)
+    if bool(group.webhook_cert_file) != bool(group.webhook_key_file):
+        raise exception.ConfigError(
+            option='[kubernetes] webhook_cert_file/webhook_key_file',
+            reason='set both or neither')
+    try:
+        return make_server(
+            WebhookPolicy.from_conf(conf), host=group.webhook_host,
+            port=group.webhook_port,
+            namespace_labels=NamespaceLabelCache(core_api),
+            cert_file=group.webhook_cert_file,
+            key_file=group.webhook_key_file)
+    except (OSError, ssl.SSLError) as err:
+        raise exception.ConfigError(
+            option='[kubernetes] webhook_host/webhook_port/webhook_cert_file',
+            reason=str(err)) from None

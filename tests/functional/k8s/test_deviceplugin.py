@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import datetime
 import os
 import shutil
 import tempfile
 
 import grpc
 import testtools
+from kubernetes import client
 
 from amdgpu_virt.inventory import simulate
 from amdgpu_virt.k8s import deviceplugin
 from amdgpu_virt.k8s import devices
+from amdgpu_virt.k8s import pods
 from amdgpu_virt.k8s.proto.deviceplugin.v1beta1 import api_pb2
+from amdgpu_virt.sharing import hami
+from tests.functional.fixtures import kubeclient
 from tests.functional.fixtures import kubelet as kubelet_fixture
 
 RESOURCE = 'amd.com/gpu'
@@ -137,3 +142,80 @@ class DevicePluginTest(testtools.TestCase):
         self.assertFalse(os.path.exists(plugin.socket_path))
         self.assertTrue(self.kubelet.wait_for(
             lambda: self.kubelet.plugins[RESOURCE].stream_ended))
+
+
+class HamiAllocateTest(testtools.TestCase):
+    """Allocate for a HAMi-scheduled pod: kubelet stand-in + API stand-in."""
+
+    def setUp(self) -> None:
+        super().setUp()
+        self.kube = self.useFixture(kubeclient.ApiServerFixture())
+        self.dir = tempfile.mkdtemp(prefix='dp')
+        self.addCleanup(shutil.rmtree, self.dir, True)
+        self.kubelet = kubelet_fixture.KubeletStandIn(self.dir).start()
+        self.addCleanup(self.kubelet.stop)
+        inventory = simulate.design_host(simulate.HostSpec(hostname='n1'))
+        self.units = devices.units_from_inventory(inventory)
+        self.plugin = deviceplugin.DevicePlugin(
+            inventory, plugin_dir=self.dir, socket_name='amdgpu.sock',
+            share_count=10, poll_interval=0.05,
+            pod_source=pods.KubernetesPodSource('n1', self.kube.api))
+        self.plugin.start()
+        self.addCleanup(self.plugin.stop)
+        self.kubelet.wait_for_devices(RESOURCE, count=80)
+        self.lock = '%s,team,job' % hami.format_rfc3339(
+            datetime.datetime.now(datetime.UTC))
+        self.kube.api.create_node(client.V1Node(metadata=client.V1ObjectMeta(
+            name='n1', annotations={hami.NODE_LOCK: self.lock})))
+
+    def _pod(self, name: str, annotations: dict[str, str]) -> None:
+        self.kube.server.put_object('pods', {
+            'metadata': {'name': name, 'namespace': 'team',
+                         'annotations': annotations},
+            'spec': {'nodeName': 'n1', 'containers': [{'name': 'main'}]},
+            'status': {'phase': 'Running'}})
+
+    def test_allocates_free_cus_and_records_them(self) -> None:
+        uuid = self.units[0].uuid
+        self._pod('neighbour', {hami.CU_ALLOCATED: '{"%s":"0-151"}' % uuid})
+        value = '%s,AMD Instinct MI300X,49152,76:;' % uuid
+        self._pod('job', {hami.BIND_PHASE: 'allocating',
+                          hami.VGPU_NODE: 'n1', hami.BIND_TIME: '1',
+                          hami.DEVICES_TO_ALLOCATE: value,
+                          hami.DEVICES_ALLOCATED: value})
+        _chosen, response = self.kubelet.admit(RESOURCE, 1)
+        self.assertEqual('GPU-%s' % uuid,
+                         response.envs['ROCR_VISIBLE_DEVICES'])
+        self.assertEqual('0:152-227', response.envs['HSA_CU_MASK'])
+        self.assertEqual('49152m', response.envs['HIP_DEVICE_MEMORY_LIMIT_0'])
+        self.assertEqual(hami.LD_AUDIT_LIBRARY, response.envs['LD_AUDIT'])
+        self.assertEqual([hami.LD_AUDIT_LIBRARY],
+                         [m.host_path for m in response.mounts])
+        pod = self.kube.api.read_namespaced_pod('job', 'team')
+        annotations = pod.metadata.annotations
+        self.assertEqual('{"%s":"152-227"}' % uuid,
+                         annotations[hami.CU_ALLOCATED])
+        self.assertEqual('success', annotations[hami.BIND_PHASE])
+        self.assertEqual(';', annotations[hami.DEVICES_TO_ALLOCATE])
+        self.assertEqual(value, annotations[hami.DEVICES_ALLOCATED])
+        node = self.kube.api.read_node('n1')
+        self.assertNotIn(hami.NODE_LOCK, node.metadata.annotations or {})
+
+    def test_failure_marks_the_pod_and_releases_the_lock(self) -> None:
+        self._pod('job', {hami.BIND_PHASE: 'allocating',
+                          hami.VGPU_NODE: 'n1', hami.BIND_TIME: '1',
+                          hami.DEVICES_TO_ALLOCATE: 'nosuchgpu,AMD,1,1:;'})
+        err = self.assertRaises(grpc.RpcError, self.kubelet.admit,
+                                RESOURCE, 1)
+        self.assertIn('nosuchgpu', err.details())
+        pod = self.kube.api.read_namespaced_pod('job', 'team')
+        self.assertEqual('failed',
+                         pod.metadata.annotations[hami.BIND_PHASE])
+        node = self.kube.api.read_node('n1')
+        self.assertNotIn(hami.NODE_LOCK, node.metadata.annotations or {})
+
+    def test_no_pending_pod_is_refused(self) -> None:
+        err = self.assertRaises(grpc.RpcError, self.kubelet.admit,
+                                RESOURCE, 1)
+        self.assertEqual(grpc.StatusCode.INVALID_ARGUMENT, err.code())
+        self.assertIn('no pod on node n1', err.details())
