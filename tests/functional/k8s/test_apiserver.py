@@ -233,17 +233,21 @@ class ApiServerTest(testtools.TestCase):
     def test_watch_without_version_lists_then_streams(self) -> None:
         self.api.create_node(_node('old'))
         seen: list[tuple[str, str]] = []
+        listed = threading.Event()
         watcher = watch.Watch()
 
         def consume() -> None:
             for event in watcher.stream(self.api.list_node,
                                         timeout_seconds=5):
                 seen.append((event['type'], event['object'].metadata.name))
+                listed.set()
                 if len(seen) == 2:
                     watcher.stop()
 
         thread = threading.Thread(target=consume)
         thread.start()
+        # create only once the synthetic ADDED of what exists has arrived
+        self.assertTrue(listed.wait(10))
         self.api.create_node(_node('new'))
         thread.join(10)
         self.assertFalse(thread.is_alive())
