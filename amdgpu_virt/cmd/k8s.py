@@ -1,6 +1,7 @@
 """``amdgpu-virt k8s ...``: the Kubernetes daemons.
 
-``k8s device plugin`` runs the kubelet device plugin on a node;
+``k8s device plugin`` runs the kubelet device plugin on a node,
+``k8s agent`` keeps the node's GPU registration up to date, and
 ``k8s webhook`` serves the admission webhook. Both run until SIGTERM or
 SIGINT and then shut down cleanly.
 """
@@ -48,6 +49,25 @@ class DevicePlugin(command.Command):
             stop.wait()
         finally:
             plugin.stop()
+        return 0
+
+
+class Agent(command.Command):
+    """Register this node's AMD GPUs for the scheduler (HAMi protocol)."""
+
+    def take_action(self, parsed_args: argparse.Namespace) -> int:
+        from amdgpu_virt.k8s import agent
+
+        conf = self.app.get_conf()  # type: ignore[attr-defined]
+        inventory = plugins.load_driver('amdgpu_virt.inventory',
+                                        conf.inventory.driver, conf).scan()
+        node_agent = agent.from_conf(conf, inventory)
+        stop = _until_signalled()
+        node_agent.start()
+        try:
+            stop.wait()
+        finally:
+            node_agent.stop()
         return 0
 
 

@@ -92,6 +92,13 @@ kubernetes_opts: list[cfg.Opt] = [
              'again) and between device health checks.\n\n'
              'Possible values:\n\n'
              '* 0.05 to 60 seconds\n'),
+    cfg.FloatOpt(
+        'registration_interval', default=30.0, min=1.0, max=3600.0,
+        help='Seconds between checks of the node registration '
+             '(hami.io/node-amd-register) by the node agent; it is '
+             'written only when it changed.\n\n'
+             'Possible values:\n\n'
+             '* 1 to 3600 seconds; HAMi re-registers every 30\n'),
     cfg.StrOpt(
         'device_root', default='/',
         help='Root under which the device nodes /dev/kfd and /dev/dri/* '

@@ -23,6 +23,22 @@ LOG = logging.getLogger(__name__)
 MERGE_PATCH = 'application/merge-patch+json'
 
 
+def call(what: str, func: Any, *args: Any, **kwargs: Any) -> Any:
+    """Call the API; errors become ours, naming ``what`` was asked.
+
+    :raises KubernetesConflict: 409.
+    :raises KubernetesError: any other API error.
+    """
+    try:
+        return func(*args, **kwargs)
+    except k8s_exceptions.ConflictException:
+        raise exception.KubernetesConflict(obj=what) from None
+    except k8s_exceptions.ApiException as err:
+        raise exception.KubernetesError(
+            request=what, reason='%s %s' % (err.status, err.reason)
+        ) from None
+
+
 class PodSource(abc.ABC):
     """The node's pods and its HAMi node lock.
 
@@ -70,19 +86,8 @@ class KubernetesPodSource(PodSource):
         super().__init__(node_name)
         self.api = core_api
 
-    def _call(self, what: str, func: Any, *args: Any,
-              **kwargs: Any) -> Any:
-        try:
-            return func(*args, **kwargs)
-        except k8s_exceptions.ConflictException:
-            raise exception.KubernetesConflict(obj=what) from None
-        except k8s_exceptions.ApiException as err:
-            raise exception.KubernetesError(
-                request=what, reason='%s %s' % (err.status, err.reason)
-            ) from None
-
     def _node(self) -> dict[str, Any]:
-        response = self._call('GET node %s' % self.node_name,
+        response = call('GET node %s' % self.node_name,
                               self.api.read_node, self.node_name,
                               _preload_content=False)
         return json.loads(response.data)
@@ -93,7 +98,7 @@ class KubernetesPodSource(PodSource):
         return annotations.get(hami.NODE_LOCK)
 
     def pods_on_node(self) -> list[dict[str, Any]]:
-        response = self._call(
+        response = call(
             'LIST pods on node %s' % self.node_name,
             self.api.list_pod_for_all_namespaces,
             field_selector='spec.nodeName=%s' % self.node_name,
@@ -105,7 +110,7 @@ class KubernetesPodSource(PodSource):
         meta = pod.get('metadata') or {}
         body = {'metadata': {'resourceVersion': meta.get('resourceVersion'),
                              'annotations': dict(annotations)}}
-        self._call('PATCH pod %s/%s' % (meta.get('namespace'),
+        call('PATCH pod %s/%s' % (meta.get('namespace'),
                                         meta.get('name')),
                    self.api.patch_namespaced_pod, meta.get('name'),
                    meta.get('namespace'), body, _content_type=MERGE_PATCH,
@@ -127,7 +132,7 @@ class KubernetesPodSource(PodSource):
             body = {'metadata': {'resourceVersion': meta.get(
                 'resourceVersion'), 'annotations': {hami.NODE_LOCK: None}}}
             try:
-                self._call('PATCH node %s' % self.node_name,
+                call('PATCH node %s' % self.node_name,
                            self.api.patch_node, self.node_name, body,
                            _content_type=MERGE_PATCH,
                            _preload_content=False)
