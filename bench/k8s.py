@@ -135,15 +135,15 @@ def main(argv: list[str] | None = None) -> int:
                         help='webhook decisions (default 2000)')
     parser.add_argument('--pods', type=int, default=64,
                         help='live pods holding 8 CUs each on the 8-GPU '
-                        'node, at most 304 (default 64)')
+                        'node, at most 288 (default 64)')
     parser.add_argument('--decisions', type=int, default=200,
                         help='HAMi Allocate decisions (default 200)')
     parser.add_argument('--allocs', type=int, default=200,
                         help='gRPC Allocate round trips (default 200)')
     args = parser.parse_args(argv)
     if min(args.reviews, args.decisions, args.allocs) < 1 or \
-            not 0 <= args.pods <= 304:
-        parser.error('counts must be positive and --pods at most 304')
+            not 0 <= args.pods <= 288:
+        parser.error('counts must be positive and --pods at most 288')
     print('python %s, %d CPUs' % (sys.version.split()[0], os.cpu_count()))
     bench_webhook(args.reviews)
     bench_shared(args.pods, args.decisions)
