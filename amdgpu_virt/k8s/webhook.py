@@ -166,7 +166,8 @@ def _container_problems(where: str, container: Mapping[str, Any],
     env = container.get('env') or []
     if isinstance(env, list):
         for n, var in enumerate(env):
-            var_name = var.get('name', '') if isinstance(var, dict) else ''
+            var_name = str(var.get('name', '')) if isinstance(
+                var, dict) else ''
             if var_name in RESERVED_ENV or var_name.startswith(
                     RESERVED_ENV_PREFIXES):
                 problems.append('%s: env[%d] (%s): set by the GPU device '
@@ -213,7 +214,9 @@ def review(admission_review: Mapping[str, Any], policy: WebhookPolicy,
     if not isinstance(uid, str) or not uid:
         raise exception.AdmissionReviewError(field='request.uid',
                                              reason='missing')
-    kind = (request.get('kind') or {}).get('kind')
+    kind_field = request.get('kind') or {}
+    kind = kind_field.get('kind') if isinstance(kind_field, Mapping) \
+        else None
     pod = request.get('object')
     if kind != 'Pod' or request.get('operation', 'CREATE') != 'CREATE':
         return _response(uid, True)
@@ -221,7 +224,13 @@ def review(admission_review: Mapping[str, Any], policy: WebhookPolicy,
         raise exception.AdmissionReviewError(field='request.object',
                                              reason='missing pod')
     metadata = pod.get('metadata') or {}
+    if not isinstance(metadata, Mapping):
+        raise exception.AdmissionReviewError(
+            field='request.object.metadata', reason='not an object')
     labels = metadata.get('labels') or {}
+    if not isinstance(labels, Mapping):
+        raise exception.AdmissionReviewError(
+            field='request.object.metadata.labels', reason='not an object')
     if labels.get(IGNORE_LABEL) == IGNORE_VALUE:
         return _response(uid, True)
     spec = pod.get('spec') or {}
@@ -313,6 +322,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self._send(200, review(body, self.server.policy, labels))
         except (ValueError, exception.AdmissionReviewError) as err:
             self._send(400, {'error': str(err)})
+        except Exception as err:  # answer rather than drop the connection
+            LOG.exception('webhook failed on %s', self.path)
+            self._send(500, {'error': 'internal error: %s' % err})
 
 
 class _WebhookServer(http.server.ThreadingHTTPServer):

@@ -252,3 +252,30 @@ class PatchPropertyTest(testtools.TestCase):
         patched['spec'].pop('schedulerName')
         original['spec'].pop('schedulerName', None)
         self.assertEqual(original, patched)
+
+
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers(-5, 200) | st.sampled_from(
+        ['', 'Pod', 'CREATE', 'amd.com/gpu', 'HSA_CU_MASK', '50', 'x']),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
+        st.sampled_from(['kind', 'metadata', 'spec', 'containers', 'name',
+                         'resources', 'limits', 'env', 'labels', 'uid',
+                         'object', 'amd.com/gpucores', 'nodeName',
+                         'securityContext', 'privileged']), inner,
+        max_size=4),
+    max_leaves=20)
+
+
+class RobustnessTest(testtools.TestCase):
+
+    @given(_json)
+    def test_any_object_gets_an_answer_or_a_named_error(self, obj: Any
+                                                         ) -> None:
+        body = {'request': {'uid': 'u', 'kind': {'kind': 'Pod'},
+                            'object': obj}}
+        try:
+            out = webhook.review(body, POLICY)
+        except exception.AdmissionReviewError as err:
+            self.assertIn('request', str(err))
+            return
+        self.assertIn(out['response']['allowed'], (True, False))
