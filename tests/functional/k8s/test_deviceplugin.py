@@ -6,6 +6,7 @@ import datetime
 import os
 import shutil
 import tempfile
+import threading
 
 import grpc
 import testtools
@@ -219,3 +220,51 @@ class HamiAllocateTest(testtools.TestCase):
                                 RESOURCE, 1)
         self.assertEqual(grpc.StatusCode.INVALID_ARGUMENT, err.code())
         self.assertIn('no pod on node n1', err.details())
+
+    def test_parallel_allocations_never_share_a_cu(self) -> None:
+        # kubelet serialises Allocate, but nothing in the protocol forces
+        # it: eight concurrent calls for eight pods sharing one GPU must
+        # still get disjoint CUs that add up to the whole GPU
+        self.kube.api.patch_node('n1', {'metadata': {'annotations': {
+            hami.NODE_LOCK: None}}})
+        uuid = self.units[0].uuid
+        for n in range(8):
+            value = '%s,AMD,1024,38:;' % uuid
+            self._pod('p%d' % n, {hami.BIND_PHASE: 'allocating',
+                                  hami.VGPU_NODE: 'n1',
+                                  hami.BIND_TIME: str(100 + n),
+                                  hami.DEVICES_TO_ALLOCATE: value})
+        stub = self.kubelet.plugins[RESOURCE].stub
+        ids = [d.ID for d in self.kubelet.plugins[RESOURCE].devices]
+        masks: list[str] = []
+        errors: list[Exception] = []
+
+        def allocate(n: int) -> None:
+            try:
+                response = stub.Allocate(api_pb2.AllocateRequest(
+                    container_requests=[api_pb2.ContainerAllocateRequest(
+                        devices_ids=[ids[n]])]), timeout=30)
+                masks.append(response.container_responses[0].envs[
+                    'HSA_CU_MASK'])
+            except Exception as err:
+                errors.append(err)
+
+        threads = [threading.Thread(target=allocate, args=(n,))
+                   for n in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        self.assertEqual([], errors)
+        union = 0
+        for n in range(8):
+            pod = self.kube.api.read_namespaced_pod('p%d' % n, 'team')
+            self.assertEqual('success',
+                             pod.metadata.annotations[hami.BIND_PHASE])
+            cus = hami.decode_cu_allocated(
+                pod.metadata.annotations[hami.CU_ALLOCATED])[uuid]
+            self.assertEqual(38, cus.bit_count())
+            self.assertEqual(0, union & cus, 'pod p%d overlaps' % n)
+            union |= cus
+        self.assertEqual((1 << 304) - 1, union)
+        self.assertEqual(8, len(set(masks)))
