@@ -68,6 +68,11 @@ class ManifestTest(testtools.TestCase):
             self.assertEqual('spec.nodeName', env['NODE_NAME']['valueFrom'][
                 'fieldRef']['fieldPath'], container['name'])
             self.assertFalse(container['securityContext'].get('privileged'))
+            # [inventory] sysfs_root and [kubernetes] device_root point here
+            mounts = {m['mountPath'] for m in container['volumeMounts']}
+            self.assertTrue({'/host/sys', '/host/dev',
+                             '/etc/amdgpu_virt'} <= mounts,
+                            container['name'])
 
     def test_scheduler_configuration(self) -> None:
         data = _find('ConfigMap', 'amdgpu-virt-scheduler-config')['data']
