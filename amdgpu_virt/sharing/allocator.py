@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import functools
 from collections.abc import Iterable, Iterator, Mapping
 
 from amdgpu_virt import exception
@@ -48,13 +49,11 @@ def runs(mask: int) -> list[tuple[int, int]]:
     result = []
     while mask:
         low = mask & -mask
+        # adding the lowest set bit carries through its run and clears it
+        rest = (mask + low) & mask
         start = low.bit_length() - 1
-        # adding the lowest set bit carries through the run: the carry
-        # lands just above it
-        above = (mask + low) & ~mask
-        length = (above & -above).bit_length() - 1 - start
-        result.append((start, length))
-        mask &= ~((above & -above) - low)
+        result.append((start, (mask ^ rest).bit_length() - start))
+        mask = rest
     return result
 
 
@@ -63,6 +62,9 @@ def whole_units(free: int, unit: int) -> int:
     group of ``unit`` CUs (all of ``free`` when ``unit`` is 1)."""
     if unit == 1:
         return free
+    if unit == 2:
+        starts = free & (free >> 1) & _unit_starts(free.bit_length(), 2)
+        return starts | (starts << 1)
     starts = free
     for shift in range(1, unit):
         starts &= free >> shift
@@ -73,6 +75,7 @@ def whole_units(free: int, unit: int) -> int:
     return result
 
 
+@functools.lru_cache(maxsize=1024)
 def _unit_starts(width: int, unit: int) -> int:
     """Bits 0, unit, 2*unit, ... below ``width`` (rounded up to a unit)."""
     groups = -(-width // unit)
@@ -250,16 +253,19 @@ class CuAllocator:
         self.strategy = strategy or FirstFitStrategy()
         self._owners: dict[str, int] = {}
         self._used = 0
+        self._full = (1 << total) - 1
+        #: owners whose CUs are not whole units (claimed from storage)
+        self._partial: set[str] = set()
 
     # -- queries -----------------------------------------------------------
 
     @property
     def full_mask(self) -> int:
-        return (1 << self.total) - 1
+        return self._full
 
     @property
     def free_mask(self) -> int:
-        return self.full_mask & ~self._used
+        return self._full & ~self._used
 
     @property
     def free_count(self) -> int:
@@ -272,7 +278,10 @@ class CuAllocator:
     @property
     def usable_count(self) -> int:
         """Free CUs in wholly free allocation units."""
-        return whole_units(self.free_mask, self.unit).bit_count()
+        if not self._partial:   # every allocation is whole units
+            return self.total - self._used.bit_count()
+        return whole_units(self.full_mask & ~self._used,
+                           self.unit).bit_count()
 
     @property
     def allocations(self) -> Mapping[str, tuple[int, ...]]:
@@ -338,13 +347,13 @@ class CuAllocator:
                 free=self.free_count, capacity=self.total)
         wanted = -(-count // self.unit) * self.unit
         used = self._used
-        chosen = self.strategy.choose(self.full_mask & ~used, self.total,
+        chosen = self.strategy.choose(self._full & ~used, self.total,
                                       wanted, self.unit)
         if chosen is None:
             raise exception.InsufficientCapacity(
                 gpu=self.gpu, requested=wanted, unit='CUs', owner=owner,
                 free=self.free_count, capacity=self.total)
-        if chosen & used or chosen >> self.total or \
+        if chosen & used or chosen & ~self._full or \
                 chosen.bit_count() != wanted:
             raise exception.SharingError(
                 reason='strategy %s returned an invalid choice for GPU %s'
@@ -402,6 +411,8 @@ class CuAllocator:
         if mask:
             self._owners[owner] = mask
             self._used |= mask
+            if self.unit > 1 and whole_units(mask, self.unit) != mask:
+                self._partial.add(owner)
 
     def release(self, owner: str) -> tuple[int, ...]:
         """Free what ``owner`` holds.
@@ -415,4 +426,5 @@ class CuAllocator:
             raise exception.UnknownConsumer(gpu=self.gpu,
                                             owner=owner) from None
         self._used &= ~mask
+        self._partial.discard(owner)
         return ids_of(mask)

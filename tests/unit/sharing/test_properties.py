@@ -14,8 +14,10 @@ from hypothesis import strategies as st
 from hypothesis.stateful import Bundle
 from hypothesis.stateful import RuleBasedStateMachine
 from hypothesis.stateful import consumes
+from hypothesis.stateful import initialize
 from hypothesis.stateful import invariant
 from hypothesis.stateful import rule
+from hypothesis.stateful import run_state_machine_as_test
 
 from amdgpu_virt import exception
 from amdgpu_virt.sharing import allocator
@@ -257,6 +259,8 @@ def _check_disjoint(test, cus):
         seen |= owned
     test.assertEqual(cus.used_count, seen.bit_count())
     test.assertEqual(cus.full_mask & ~cus.free_mask, seen)
+    test.assertEqual(allocator.whole_units(cus.free_mask, cus.unit)
+                     .bit_count(), cus.usable_count)
 
 
 class AllocatorPropertyTest(testtools.TestCase):
@@ -321,11 +325,10 @@ class AllocatorMachine(RuleBasedStateMachine):
         self.model = {}
         self.counter = 0
 
-    @rule(shape=st.sampled_from([(304, 1), (64, 2), (38, 1)]),
-          best=st.booleans())
+    @initialize(shape=st.sampled_from([(304, 1), (64, 2), (38, 1),
+                                       (32, 2)]),
+                best=st.booleans())
     def start(self, shape, best):
-        if self.cus is not None:
-            return
         strategy = allocator.BestFitStrategy() if best else None
         self.cus = allocator.CuAllocator('g', shape[0], unit=shape[1],
                                          strategy=strategy)
@@ -345,6 +348,21 @@ class AllocatorMachine(RuleBasedStateMachine):
         assert len(got) == self.cus.round_up(count)
         assert not set(got) & set().union(*self.model.values())
         self.model[owner] = set(got)
+        return owner
+
+    @rule(target=owners, picks=st.lists(st.integers(0, 63), max_size=6))
+    def claim_free(self, picks):
+        """Rebuilding from storage may bring CUs that are not whole
+        units; the allocator must still account for them."""
+        self.counter += 1
+        owner = 'stored-%d' % self.counter
+        if self.cus is None:
+            return owner
+        taken = set().union(*self.model.values())
+        cus = {c for c in picks if c < self.cus.total} - taken
+        self.cus.claim(owner, cus)
+        if cus:
+            self.model[owner] = cus
         return owner
 
     @rule(owner=consumes(owners))
@@ -377,6 +395,13 @@ class AllocatorMachine(RuleBasedStateMachine):
             o: tuple(sorted(c)) for o, c in sorted(self.model.items())}
         used = sum(len(c) for c in self.model.values())
         assert self.cus.free_count == self.cus.total - used
+        assert self.cus.usable_count == allocator.whole_units(
+            self.cus.free_mask, self.cus.unit).bit_count()
 
 
-AllocatorStateTest = AllocatorMachine.TestCase
+class AllocatorStateTest(testtools.TestCase):
+
+    def test_state_machine(self):
+        run_state_machine_as_test(
+            AllocatorMachine,
+            settings=settings(max_examples=50, stateful_step_count=30))
