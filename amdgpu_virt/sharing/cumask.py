@@ -348,6 +348,15 @@ def encode_hsa_cu_mask(mask: HsaCuMask | Mapping[int, int]) -> str:
     return ';'.join(parts)
 
 
+def container_hsa_cu_mask(masks: Iterable[int]) -> str:
+    """``HSA_CU_MASK`` of a container, from the CU bitmaps of its GPUs in
+    container-local order (``0:0-75;1:0-75``).
+
+    :raises SharingError: a GPU with no CU.
+    """
+    return encode_hsa_cu_mask(dict(enumerate(masks)))
+
+
 def canonical_hsa_cu_mask(value: str, cu_count: int | None = None,
                           gpu_count: int | None = None) -> str:
     """The canonical spelling of an ``HSA_CU_MASK`` value."""

@@ -150,6 +150,7 @@ class MaskPropertyTest(testtools.TestCase):
         self.assertEqual(cumask.format_id_list(mask),
                          cumask.format_id_list(cumask.parse_id_list(text)))
 
+    @settings(max_examples=100)
     @given(hsa_masks().flatmap(lambda m: st.tuples(st.just(m),
                                                    noisy_hsa(m))))
     def test_hsa_encode_parse_is_canonical(self, case):
@@ -204,6 +205,7 @@ NAMES = st.from_regex(r'[a-z0-9]([-a-z0-9]{0,10}[a-z0-9])?', fullmatch=True)
 
 class HamiPropertyTest(testtools.TestCase):
 
+    @settings(max_examples=100)
     @given(st.lists(DEVICES, max_size=4))
     def test_json_registration_round_trip(self, devices):
         encoded = hami.encode_node_register(devices)
@@ -211,6 +213,7 @@ class HamiPropertyTest(testtools.TestCase):
         self.assertEqual(encoded, hami.encode_node_register(
             hami.decode_node_register(encoded)))
 
+    @settings(max_examples=100)
     @given(st.lists(LEGACY_DEVICES, max_size=4))
     def test_legacy_registration_round_trip(self, devices):
         encoded = hami.encode_node_devices_legacy(devices)
@@ -225,6 +228,7 @@ class HamiPropertyTest(testtools.TestCase):
         self.assertEqual(tuple(tuple(c) for c in containers), decoded)
         self.assertEqual(encoded, hami.encode_pod_devices(decoded))
 
+    @settings(max_examples=100)
     @given(st.datetimes(min_value=datetime.datetime(1970, 1, 1),
                         max_value=datetime.datetime(9999, 1, 1)),
            st.integers(-23 * 60 - 59, 23 * 60 + 59), NAMES, NAMES)
@@ -337,8 +341,6 @@ class AllocatorMachine(RuleBasedStateMachine):
     def allocate(self, count):
         self.counter += 1
         owner = 'pod-%d' % self.counter
-        if self.cus is None:
-            return owner
         usable = self.cus.usable_count
         try:
             got = self.cus.allocate(owner, count)
@@ -356,8 +358,6 @@ class AllocatorMachine(RuleBasedStateMachine):
         units; the allocator must still account for them."""
         self.counter += 1
         owner = 'stored-%d' % self.counter
-        if self.cus is None:
-            return owner
         taken = set().union(*self.model.values())
         cus = {c for c in picks if c < self.cus.total} - taken
         self.cus.claim(owner, cus)
@@ -369,7 +369,7 @@ class AllocatorMachine(RuleBasedStateMachine):
     def release(self, owner):
         if owner in self.model:
             assert set(self.cus.release(owner)) == self.model.pop(owner)
-        elif self.cus is not None:
+        else:
             try:
                 self.cus.release(owner)
             except exception.UnknownConsumer:
@@ -389,8 +389,6 @@ class AllocatorMachine(RuleBasedStateMachine):
 
     @invariant()
     def agrees_with_model(self):
-        if self.cus is None:
-            return
         assert dict(self.cus.allocations) == {
             o: tuple(sorted(c)) for o, c in sorted(self.model.items())}
         used = sum(len(c) for c in self.model.values())
