@@ -19,6 +19,7 @@ from collections.abc import Iterable, Iterator, Mapping
 
 from amdgpu_virt import exception
 from amdgpu_virt import plugins
+from amdgpu_virt.model import GpuModel
 
 STRATEGY_NAMESPACE = 'amdgpu_virt.sharing.strategies'
 
@@ -256,6 +257,21 @@ class CuAllocator:
         self._full = (1 << total) - 1
         #: owners whose CUs are not whole units (claimed from storage)
         self._partial: set[str] = set()
+
+    @classmethod
+    def for_model(cls, gpu: str, model: GpuModel,
+                  strategy: CuStrategy | None = None) -> CuAllocator:
+        """An allocator for a GPU of ``model``: its CU count, and its
+        allocation unit (1 on CDNA, 2 on RDNA where CUs pair into WGPs).
+
+        :raises SharingError: the model's CU count is unknown.
+        """
+        if not model.compute_units:
+            raise exception.SharingError(
+                reason='GPU %s (%s): CU count unknown, cannot share it by '
+                       'CUs' % (gpu, model.name))
+        return cls(gpu, model.compute_units, unit=model.cu_alloc_unit,
+                   strategy=strategy)
 
     # -- queries -----------------------------------------------------------
 

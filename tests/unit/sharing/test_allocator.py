@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import testtools
 
+from amdgpu_virt import catalog
 from amdgpu_virt import exception
+from amdgpu_virt import model
 from amdgpu_virt.conf import sharing as sharing_conf
 from amdgpu_virt.sharing import allocator
 
@@ -141,6 +143,17 @@ class AllocatorRulesTest(testtools.TestCase):
                          'ns/a', str(err))
         self.assertRaises(exception.SharingError, cus.claim, 'c', [8])
         self.assertRaises(exception.SharingError, cus.claim_mask, 'c', -1)
+
+    def test_for_model(self):
+        cus = allocator.CuAllocator.for_model('gpu-0',
+                                              catalog.by_name('MI300X'))
+        self.assertEqual((304, 1), (cus.total, cus.unit))
+        rdna = model.GpuModel(name='RX', product_name='RX', pf_device_id=1,
+                              compute_units=32, cu_alloc_unit=2)
+        self.assertEqual(2, allocator.CuAllocator.for_model('g', rdna).unit)
+        unknown = model.GpuModel(name='X', product_name='X', pf_device_id=2)
+        self.assertRaises(exception.SharingError,
+                          allocator.CuAllocator.for_model, 'g', unknown)
 
     def test_bad_counts(self):
         cus = allocator.CuAllocator('gpu-0', 8)
