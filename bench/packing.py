@@ -277,11 +277,15 @@ def main(argv: list[str]) -> int:
     parser.add_argument('--operations', type=int, default=200000,
                         help='operations of the allocation-rate run; '
                              'default 200000')
+    parser.add_argument('--repeat', type=int, default=3,
+                        help='runs of the allocation-rate test, the best '
+                             'counts; default 3')
     parser.add_argument('--quick', action='store_true',
-                        help='2 seeds, 600 pods, 20000 operations')
+                        help='2 seeds, 600 pods, 20000 operations, 1 run')
     args = parser.parse_args(argv)
     if args.quick:
         args.seeds, args.pods, args.operations = 2, 600, 20000
+        args.repeat = 1
     strategies = (('first-fit', allocator.FirstFitStrategy),
                   ('best-fit', allocator.BestFitStrategy))
 
@@ -336,12 +340,14 @@ def main(argv: list[str]) -> int:
                      sum(totals[name]) / sum(bounds)))
         print()
 
-    print('Allocation rate, one 300-CU GPU, %d operations of churn'
-          % args.operations)
+    print('Allocation rate, one 300-CU GPU, %d operations of churn, '
+          'best of %d runs (the fit checks and releases are timed too)'
+          % (args.operations, args.repeat))
     print('%-9s %4s %14s' % ('strategy', 'unit', 'allocations/s'))
     for name, strategy in strategies:
         for unit in (1, 2):
-            rate = allocation_rate(strategy, unit, args.operations)
+            rate = max(allocation_rate(strategy, unit, args.operations)
+                       for _ in range(args.repeat))
             print('%-9s %4d %14.0f' % (name, unit, rate))
     return 0
 

@@ -32,6 +32,10 @@ def bits(mask: int) -> Iterator[int]:
 
 def ids_of(mask: int) -> tuple[int, ...]:
     """The set bit positions of ``mask`` as a sorted tuple."""
+    low = mask & -mask
+    if not (mask + low) & mask:   # one run (or nothing)
+        start = low.bit_length() - 1
+        return tuple(range(start, start + mask.bit_count()))
     result: list[int] = []
     for start, length in runs(mask):
         result.extend(range(start, start + length))
