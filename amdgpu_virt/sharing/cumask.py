@@ -27,8 +27,12 @@ whitespace anywhere, of upper or lower case and of one trailing ``;`` or
 part), and ids beyond the GPU when the caller gives the CU or GPU count
 (ROCr would drop them silently).
 
-``ROC_GLOBAL_CU_MASK`` (HIP/OpenCL runtime) is one hex bitmap for every
-device, with no GPU selector.
+``ROC_GLOBAL_CU_MASK`` (read by the HIP runtime of CLR) is one hex bitmap
+for every device, with no GPU selector, ``0x`` optional; it also lowers the
+CU count HIP reports. CLR reads it in chunks of 8 hex digits from the right,
+ignores digits beyond the GPU's CUs, and drops the whole mask (no
+restriction) when a chunk is not hex or the mask enables every CU: the
+parser here rejects what CLR would drop.
 """
 
 from __future__ import annotations
