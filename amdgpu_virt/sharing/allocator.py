@@ -23,6 +23,10 @@ from amdgpu_virt.model import GpuModel
 
 STRATEGY_NAMESPACE = 'amdgpu_virt.sharing.strategies'
 
+#: Most CUs one allocator handles (a guard against absurd counts read from
+#: elsewhere; today's largest GPUs have a few hundred).
+MAX_CUS = 65536
+
 
 def bits(mask: int) -> Iterator[int]:
     """The set bit positions of ``mask``, lowest first."""
@@ -248,7 +252,7 @@ class CuAllocator:
 
     def __init__(self, gpu: str, total: int, unit: int = 1,
                  strategy: CuStrategy | None = None) -> None:
-        if total <= 0 or unit <= 0 or total % unit:
+        if not 0 < total <= MAX_CUS or unit <= 0 or total % unit:
             raise exception.SharingError(
                 reason='GPU %s: %d CUs cannot be shared in units of %d'
                 % (gpu, total, unit))

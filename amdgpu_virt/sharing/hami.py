@@ -179,7 +179,7 @@ class DeviceInfo:
         """CUs allocated together, from ``custominfo.cuPerWGP`` (else 1)."""
         value = self.custominfo.get(CUSTOMINFO_CU_PER_WGP)
         if isinstance(value, (int, float)) and not isinstance(value, bool) \
-                and value > 1 and value == int(value):
+                and 1 < value <= _INT32_MAX and value == int(value):
             return int(value)
         return 1
 
@@ -765,6 +765,9 @@ def gpu_shapes(devices: Iterable[DeviceInfo],
     for device in devices:
         if not device.id or device.devcore <= 0:
             _fail(key, repr(device), 'a shared GPU needs an id and CUs')
+        if device.devcore > allocator.MAX_CUS:
+            _fail(key, repr(device), '%d CUs is beyond %d'
+                  % (device.devcore, allocator.MAX_CUS))
         if device.id in shapes:
             _fail(key, device.id, 'GPU %s is registered twice' % device.id)
         unit = device.cu_unit

@@ -163,6 +163,8 @@ class AllocatorRulesTest(testtools.TestCase):
             self.assertIn('gpu-0', str(err))
         self.assertRaises(exception.SharingError, allocator.CuAllocator,
                           'g', 7, unit=2)
+        self.assertRaises(exception.SharingError, allocator.CuAllocator,
+                          'g', 1 << 31)
 
     def test_release_and_queries(self):
         cus = allocator.CuAllocator('gpu-0', 8)

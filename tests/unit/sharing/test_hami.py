@@ -90,6 +90,10 @@ class JsonRegistrationTest(testtools.TestCase):
         self.assertEqual('x', device.id)
         self.assertTrue(device.health)
         self.assertEqual(2, device.cu_unit)
+        for odd in ('1e400', '2.5', '"2"', 'true', '-2'):
+            (device, ) = hami.decode_node_register(
+                '[{"custominfo":{"cuPerWGP":%s}}]' % odd)
+            self.assertEqual(1, device.cu_unit, odd)
         self.assertEqual((), hami.decode_node_register('null'))
         self.assertEqual((), hami.decode_node_register('[]'))
 
@@ -345,6 +349,7 @@ class RebuildTest(testtools.TestCase):
         allocators = hami.rebuild_allocators(shapes, [('p', '{"rdna":"2-3"}')])
         self.assertEqual(2, allocators['rdna'].unit)
         for bad in ('[{"id":"a"}]', '[{"devcore":4}]',
+                    '[{"id":"a","devcore":2147483647}]',
                     '[{"id":"a","devcore":4},{"id":"a","devcore":4}]',
                     '[{"id":"a","devcore":5,"custominfo":{"cuPerWGP":2}}]'):
             self.assertRaises(exception.HamiProtocolError, hami.gpu_shapes,

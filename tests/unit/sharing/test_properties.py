@@ -51,7 +51,8 @@ def _json_values():
         | st.floats(allow_nan=False, allow_infinity=False)
         | st.text(max_size=8),
         lambda children: st.lists(children, max_size=4)
-        | st.dictionaries(keys, children, max_size=5),
+        | st.dictionaries(keys | st.just('cuPerWGP'), children,
+                          max_size=5),
         max_leaves=12)
 
 
@@ -77,6 +78,12 @@ class FuzzTest(testtools.TestCase):
         text = json.dumps(data)
         _only_our_errors(text)
         _only_our_errors('[%s]' % text)
+        with contextlib.suppress(exception.AmdgpuVirtError):
+            devices = hami.decode_node_register('[%s]' % text)
+            for device in devices:
+                self.assertGreaterEqual(device.cu_unit, 1)
+                self.assertIsInstance(device.is_amd, bool)
+            hami.rebuild_allocators(hami.gpu_shapes(devices), [])
 
 
 # --- masks -------------------------------------------------------------------
