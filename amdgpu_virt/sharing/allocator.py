@@ -168,15 +168,23 @@ class BestFitStrategy(CuStrategy):
         usable = whole_units(free, unit)
         if usable.bit_count() < count:
             return None
-        free_runs = runs(usable)
-        best = None
-        for start, length in free_runs:
-            if length >= count and (best is None or length < best[1]):
-                best = (start, length)
+        # the runs of ``usable`` (see runs()), looking for the best fit
+        free_runs = []
+        best_start = best_length = 0
+        mask = usable
+        while mask:
+            low = mask & -mask
+            rest = (mask + low) & mask
+            start = low.bit_length() - 1
+            length = (mask ^ rest).bit_length() - start
+            if length >= count and (not best_length or length < best_length):
+                best_start, best_length = start, length
                 if length == count:
                     break
-        if best is not None:
-            return ((1 << count) - 1) << best[0]
+            free_runs.append((start, length))
+            mask = rest
+        if best_length:
+            return ((1 << count) - 1) << best_start
         # fragmented: fewest pieces, the last from the smallest run that
         # holds the remainder
         chosen = 0
@@ -361,28 +369,32 @@ class CuAllocator:
 
     def allocate_mask(self, owner: str, count: int) -> int:
         """Like :meth:`allocate`, returning the bitmap of the CUs given."""
-        if owner in self._owners:
-            first = next(bits(self._owners[owner]))
+        owners = self._owners
+        if owner in owners:
+            first = next(bits(owners[owner]))
             raise exception.AllocationConflict(
                 cu=first, gpu=self.gpu, owner=owner, other=owner)
-        if count <= 0 or count > self.total:
+        total = self.total
+        if count <= 0 or count > total:
             raise exception.InsufficientCapacity(
                 gpu=self.gpu, requested=count, unit='CUs', owner=owner,
-                free=self.free_count, capacity=self.total)
-        wanted = -(-count // self.unit) * self.unit
+                free=self.free_count, capacity=total)
+        unit = self.unit
+        wanted = -(-count // unit) * unit
         used = self._used
-        chosen = self.strategy.choose(self._full & ~used, self.total,
-                                      wanted, self.unit)
+        full = self._full
+        chosen = self.strategy.choose(full & ~used, total, wanted, unit)
         if chosen is None:
             raise exception.InsufficientCapacity(
                 gpu=self.gpu, requested=wanted, unit='CUs', owner=owner,
-                free=self.free_count, capacity=self.total)
-        if chosen & used or chosen & ~self._full or \
-                chosen.bit_count() != wanted:
+                free=self.free_count, capacity=total)
+        if chosen & used or chosen & ~full or \
+                chosen.bit_count() != wanted or \
+                unit > 1 and whole_units(chosen, unit) != chosen:
             raise exception.SharingError(
                 reason='strategy %s returned an invalid choice for GPU %s'
                 % (self.strategy.name, self.gpu))
-        self._owners[owner] = chosen
+        owners[owner] = chosen
         self._used = used | chosen
         return chosen
 

@@ -198,6 +198,16 @@ class AllocatorRulesTest(testtools.TestCase):
         self.assertRaises(exception.SharingError, cus.allocate, 'a', 2)
         self.assertEqual(1, cus.used_count)
 
+        class Unaligned(allocator.CuStrategy):
+            name = 'unaligned'
+
+            def choose(self, free, total, count, unit):
+                return 0b110
+
+        cus = allocator.CuAllocator('g', 8, unit=2, strategy=Unaligned())
+        self.assertRaises(exception.SharingError, cus.allocate, 'a', 2)
+        self.assertEqual(8, cus.usable_count)
+
 
 class StrategyPluginTest(testtools.TestCase):
 
