@@ -14,12 +14,18 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import functools
 from collections.abc import Iterable, Iterator, Mapping
 
 from amdgpu_virt import exception
 from amdgpu_virt import plugins
+from amdgpu_virt.model import GpuModel
 
 STRATEGY_NAMESPACE = 'amdgpu_virt.sharing.strategies'
+
+#: Most CUs one allocator handles (a guard against absurd counts read from
+#: elsewhere; today's largest GPUs have a few hundred).
+MAX_CUS = 65536
 
 
 def bits(mask: int) -> Iterator[int]:
@@ -30,6 +36,10 @@ def bits(mask: int) -> Iterator[int]:
 
 def ids_of(mask: int) -> tuple[int, ...]:
     """The set bit positions of ``mask`` as a sorted tuple."""
+    low = mask & -mask
+    if not (mask + low) & mask:   # one run (or nothing)
+        start = low.bit_length() - 1
+        return tuple(range(start, start + mask.bit_count()))
     result: list[int] = []
     for start, length in runs(mask):
         result.extend(range(start, start + length))
@@ -48,13 +58,11 @@ def runs(mask: int) -> list[tuple[int, int]]:
     result = []
     while mask:
         low = mask & -mask
+        # adding the lowest set bit carries through its run and clears it
+        rest = (mask + low) & mask
         start = low.bit_length() - 1
-        # adding the lowest set bit carries through the run: the carry
-        # lands just above it
-        above = (mask + low) & ~mask
-        length = (above & -above).bit_length() - 1 - start
-        result.append((start, length))
-        mask &= ~((above & -above) - low)
+        result.append((start, (mask ^ rest).bit_length() - start))
+        mask = rest
     return result
 
 
@@ -63,6 +71,9 @@ def whole_units(free: int, unit: int) -> int:
     group of ``unit`` CUs (all of ``free`` when ``unit`` is 1)."""
     if unit == 1:
         return free
+    if unit == 2:
+        starts = free & (free >> 1) & _unit_starts(free.bit_length(), 2)
+        return starts | (starts << 1)
     starts = free
     for shift in range(1, unit):
         starts &= free >> shift
@@ -73,6 +84,7 @@ def whole_units(free: int, unit: int) -> int:
     return result
 
 
+@functools.lru_cache(maxsize=1024)
 def _unit_starts(width: int, unit: int) -> int:
     """Bits 0, unit, 2*unit, ... below ``width`` (rounded up to a unit)."""
     groups = -(-width // unit)
@@ -156,15 +168,23 @@ class BestFitStrategy(CuStrategy):
         usable = whole_units(free, unit)
         if usable.bit_count() < count:
             return None
-        free_runs = runs(usable)
-        best = None
-        for start, length in free_runs:
-            if length >= count and (best is None or length < best[1]):
-                best = (start, length)
+        # the runs of ``usable`` (see runs()), looking for the best fit
+        free_runs = []
+        best_start = best_length = 0
+        mask = usable
+        while mask:
+            low = mask & -mask
+            rest = (mask + low) & mask
+            start = low.bit_length() - 1
+            length = (mask ^ rest).bit_length() - start
+            if length >= count and (not best_length or length < best_length):
+                best_start, best_length = start, length
                 if length == count:
                     break
-        if best is not None:
-            return ((1 << count) - 1) << best[0]
+            free_runs.append((start, length))
+            mask = rest
+        if best_length:
+            return ((1 << count) - 1) << best_start
         # fragmented: fewest pieces, the last from the smallest run that
         # holds the remainder
         chosen = 0
@@ -240,7 +260,7 @@ class CuAllocator:
 
     def __init__(self, gpu: str, total: int, unit: int = 1,
                  strategy: CuStrategy | None = None) -> None:
-        if total <= 0 or unit <= 0 or total % unit:
+        if not 0 < total <= MAX_CUS or unit <= 0 or total % unit:
             raise exception.SharingError(
                 reason='GPU %s: %d CUs cannot be shared in units of %d'
                 % (gpu, total, unit))
@@ -250,16 +270,34 @@ class CuAllocator:
         self.strategy = strategy or FirstFitStrategy()
         self._owners: dict[str, int] = {}
         self._used = 0
+        self._full = (1 << total) - 1
+        #: owners whose CUs are not whole units (claimed from storage)
+        self._partial: set[str] = set()
+
+    @classmethod
+    def for_model(cls, gpu: str, model: GpuModel,
+                  strategy: CuStrategy | None = None) -> CuAllocator:
+        """An allocator for a GPU of ``model``: its CU count, and its
+        allocation unit (1 on CDNA, 2 on RDNA where CUs pair into WGPs).
+
+        :raises SharingError: the model's CU count is unknown.
+        """
+        if not model.compute_units:
+            raise exception.SharingError(
+                reason='GPU %s (%s): CU count unknown, cannot share it by '
+                       'CUs' % (gpu, model.name))
+        return cls(gpu, model.compute_units, unit=model.cu_alloc_unit,
+                   strategy=strategy)
 
     # -- queries -----------------------------------------------------------
 
     @property
     def full_mask(self) -> int:
-        return (1 << self.total) - 1
+        return self._full
 
     @property
     def free_mask(self) -> int:
-        return self.full_mask & ~self._used
+        return self._full & ~self._used
 
     @property
     def free_count(self) -> int:
@@ -272,7 +310,10 @@ class CuAllocator:
     @property
     def usable_count(self) -> int:
         """Free CUs in wholly free allocation units."""
-        return whole_units(self.free_mask, self.unit).bit_count()
+        if not self._partial:   # every allocation is whole units
+            return self.total - self._used.bit_count()
+        return whole_units(self.full_mask & ~self._used,
+                           self.unit).bit_count()
 
     @property
     def allocations(self) -> Mapping[str, tuple[int, ...]]:
@@ -328,28 +369,32 @@ class CuAllocator:
 
     def allocate_mask(self, owner: str, count: int) -> int:
         """Like :meth:`allocate`, returning the bitmap of the CUs given."""
-        if owner in self._owners:
-            first = next(bits(self._owners[owner]))
+        owners = self._owners
+        if owner in owners:
+            first = next(bits(owners[owner]))
             raise exception.AllocationConflict(
                 cu=first, gpu=self.gpu, owner=owner, other=owner)
-        if count <= 0 or count > self.total:
+        total = self.total
+        if count <= 0 or count > total:
             raise exception.InsufficientCapacity(
                 gpu=self.gpu, requested=count, unit='CUs', owner=owner,
-                free=self.free_count, capacity=self.total)
-        wanted = -(-count // self.unit) * self.unit
+                free=self.free_count, capacity=total)
+        unit = self.unit
+        wanted = -(-count // unit) * unit
         used = self._used
-        chosen = self.strategy.choose(self.full_mask & ~used, self.total,
-                                      wanted, self.unit)
+        full = self._full
+        chosen = self.strategy.choose(full & ~used, total, wanted, unit)
         if chosen is None:
             raise exception.InsufficientCapacity(
                 gpu=self.gpu, requested=wanted, unit='CUs', owner=owner,
-                free=self.free_count, capacity=self.total)
-        if chosen & used or chosen >> self.total or \
-                chosen.bit_count() != wanted:
+                free=self.free_count, capacity=total)
+        if chosen & used or chosen & ~full or \
+                chosen.bit_count() != wanted or \
+                unit > 1 and whole_units(chosen, unit) != chosen:
             raise exception.SharingError(
                 reason='strategy %s returned an invalid choice for GPU %s'
                 % (self.strategy.name, self.gpu))
-        self._owners[owner] = chosen
+        owners[owner] = chosen
         self._used = used | chosen
         return chosen
 
@@ -402,6 +447,8 @@ class CuAllocator:
         if mask:
             self._owners[owner] = mask
             self._used |= mask
+            if self.unit > 1 and whole_units(mask, self.unit) != mask:
+                self._partial.add(owner)
 
     def release(self, owner: str) -> tuple[int, ...]:
         """Free what ``owner`` holds.
@@ -415,4 +462,5 @@ class CuAllocator:
             raise exception.UnknownConsumer(gpu=self.gpu,
                                             owner=owner) from None
         self._used &= ~mask
+        self._partial.discard(owner)
         return ids_of(mask)

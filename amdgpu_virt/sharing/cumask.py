@@ -27,8 +27,12 @@ whitespace anywhere, of upper or lower case and of one trailing ``;`` or
 part), and ids beyond the GPU when the caller gives the CU or GPU count
 (ROCr would drop them silently).
 
-``ROC_GLOBAL_CU_MASK`` (HIP/OpenCL runtime) is one hex bitmap for every
-device, with no GPU selector.
+``ROC_GLOBAL_CU_MASK`` (read by the HIP runtime of CLR) is one hex bitmap
+for every device, with no GPU selector, ``0x`` optional; it also lowers the
+CU count HIP reports. CLR reads it in chunks of 8 hex digits from the right,
+ignores digits beyond the GPU's CUs, and drops the whole mask (no
+restriction) when a chunk is not hex or the mask enables every CU: the
+parser here rejects what CLR would drop.
 """
 
 from __future__ import annotations
@@ -346,6 +350,15 @@ def encode_hsa_cu_mask(mask: HsaCuMask | Mapping[int, int]) -> str:
             cus = format_id_list(cu_set.cus)
         parts.append('%s:%s' % (format_id_list(cu_set.gpus), cus))
     return ';'.join(parts)
+
+
+def container_hsa_cu_mask(masks: Iterable[int]) -> str:
+    """``HSA_CU_MASK`` of a container, from the CU bitmaps of its GPUs in
+    container-local order (``0:0-75;1:0-75``).
+
+    :raises SharingError: a GPU with no CU.
+    """
+    return encode_hsa_cu_mask(dict(enumerate(masks)))
 
 
 def canonical_hsa_cu_mask(value: str, cu_count: int | None = None,

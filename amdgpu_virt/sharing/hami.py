@@ -132,7 +132,8 @@ def percent_to_cus(percent: int, devcore: int, unit: int = 1) -> int:
     :raises HamiProtocolError: percent outside 1..100 (HAMi's webhook
         rejects such pods) or a GPU without CUs.
     """
-    if isinstance(percent, bool) or not 1 <= percent <= 100:
+    if isinstance(percent, bool) or not isinstance(percent, int) or \
+            not 1 <= percent <= 100:
         _fail(RESOURCE_GPUCORES, str(percent),
               'must be an integer percentage between 1 and 100')
     if devcore <= 0 or unit <= 0:
@@ -178,7 +179,7 @@ class DeviceInfo:
         """CUs allocated together, from ``custominfo.cuPerWGP`` (else 1)."""
         value = self.custominfo.get(CUSTOMINFO_CU_PER_WGP)
         if isinstance(value, (int, float)) and not isinstance(value, bool) \
-                and value > 1 and value == int(value):
+                and 1 < value <= _INT32_MAX and value == int(value):
             return int(value)
         return 1
 
@@ -751,6 +752,30 @@ def encode_cu_allocated(cus: Mapping[str, int | Iterable[int]]) -> str:
     """
     return _go_json({uuid: cumask.format_id_list(cus[uuid])
                      for uuid in sorted(cus)})
+
+
+def gpu_shapes(devices: Iterable[DeviceInfo],
+               key: str = NODE_REGISTER) -> dict[str, tuple[int, int]]:
+    """GPU id -> (CUs, allocation unit) of registered devices, the input
+    of :func:`rebuild_allocators`.
+
+    :raises HamiProtocolError: a device without id or CUs, or an id twice.
+    """
+    shapes: dict[str, tuple[int, int]] = {}
+    for device in devices:
+        if not device.id or device.devcore <= 0:
+            _fail(key, repr(device), 'a shared GPU needs an id and CUs')
+        if device.devcore > allocator.MAX_CUS:
+            _fail(key, repr(device), '%d CUs is beyond %d'
+                  % (device.devcore, allocator.MAX_CUS))
+        if device.id in shapes:
+            _fail(key, device.id, 'GPU %s is registered twice' % device.id)
+        unit = device.cu_unit
+        if device.devcore % unit:
+            _fail(key, repr(device), '%d CUs are not whole units of %d'
+                  % (device.devcore, unit))
+        shapes[device.id] = (device.devcore, unit)
+    return shapes
 
 
 def rebuild_allocators(

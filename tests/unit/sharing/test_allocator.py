@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import testtools
 
+from amdgpu_virt import catalog
 from amdgpu_virt import exception
+from amdgpu_virt import model
 from amdgpu_virt.conf import sharing as sharing_conf
 from amdgpu_virt.sharing import allocator
 
@@ -142,6 +144,17 @@ class AllocatorRulesTest(testtools.TestCase):
         self.assertRaises(exception.SharingError, cus.claim, 'c', [8])
         self.assertRaises(exception.SharingError, cus.claim_mask, 'c', -1)
 
+    def test_for_model(self):
+        cus = allocator.CuAllocator.for_model('gpu-0',
+                                              catalog.by_name('MI300X'))
+        self.assertEqual((304, 1), (cus.total, cus.unit))
+        rdna = model.GpuModel(name='RX', product_name='RX', pf_device_id=1,
+                              compute_units=32, cu_alloc_unit=2)
+        self.assertEqual(2, allocator.CuAllocator.for_model('g', rdna).unit)
+        unknown = model.GpuModel(name='X', product_name='X', pf_device_id=2)
+        self.assertRaises(exception.SharingError,
+                          allocator.CuAllocator.for_model, 'g', unknown)
+
     def test_bad_counts(self):
         cus = allocator.CuAllocator('gpu-0', 8)
         for count in (0, -1, 9):
@@ -150,6 +163,8 @@ class AllocatorRulesTest(testtools.TestCase):
             self.assertIn('gpu-0', str(err))
         self.assertRaises(exception.SharingError, allocator.CuAllocator,
                           'g', 7, unit=2)
+        self.assertRaises(exception.SharingError, allocator.CuAllocator,
+                          'g', 1 << 31)
 
     def test_release_and_queries(self):
         cus = allocator.CuAllocator('gpu-0', 8)
@@ -182,6 +197,16 @@ class AllocatorRulesTest(testtools.TestCase):
         cus.claim('x', [0])
         self.assertRaises(exception.SharingError, cus.allocate, 'a', 2)
         self.assertEqual(1, cus.used_count)
+
+        class Unaligned(allocator.CuStrategy):
+            name = 'unaligned'
+
+            def choose(self, free, total, count, unit):
+                return 0b110
+
+        cus = allocator.CuAllocator('g', 8, unit=2, strategy=Unaligned())
+        self.assertRaises(exception.SharingError, cus.allocate, 'a', 2)
+        self.assertEqual(8, cus.usable_count)
 
 
 class StrategyPluginTest(testtools.TestCase):

@@ -74,6 +74,12 @@ class HsaCuMaskTest(testtools.TestCase):
         self.assertEqual(value, cumask.encode_hsa_cu_mask(
             {1: mask((0, 75)), 0: mask((0, 75))}))
 
+    def test_container_mask(self):
+        self.assertEqual('0:0-75;1:76-151', cumask.container_hsa_cu_mask(
+            [mask((0, 75)), mask((76, 151))]))
+        self.assertRaises(exception.SharingError,
+                          cumask.container_hsa_cu_mask, [])
+
     def test_rocr_grammar(self):
         parsed = cumask.parse_hsa_cu_mask('0,2,4,7:0-15,32-47; 3,8-9:0x337F')
         self.assertEqual(2, len(parsed.sets))

@@ -36,7 +36,7 @@ class PercentTest(testtools.TestCase):
         self.assertEqual(30, hami.percent_to_cus(100, 30, unit=4))
 
     def test_out_of_range(self):
-        for bad in (0, 101, -5, True):
+        for bad in (0, 101, -5, True, 50.5):
             err = self.assertRaises(exception.HamiProtocolError,
                                     hami.percent_to_cus, bad, 304)
             self.assertIn('amd.com/gpucores', str(err))
@@ -90,6 +90,10 @@ class JsonRegistrationTest(testtools.TestCase):
         self.assertEqual('x', device.id)
         self.assertTrue(device.health)
         self.assertEqual(2, device.cu_unit)
+        for odd in ('1e400', '2.5', '"2"', 'true', '-2'):
+            (device, ) = hami.decode_node_register(
+                '[{"custominfo":{"cuPerWGP":%s}}]' % odd)
+            self.assertEqual(1, device.cu_unit, odd)
         self.assertEqual((), hami.decode_node_register('null'))
         self.assertEqual((), hami.decode_node_register('[]'))
 
@@ -334,6 +338,22 @@ class CuAllocatedTest(testtools.TestCase):
 
 
 class RebuildTest(testtools.TestCase):
+
+    def test_shapes_from_registration(self):
+        devices = hami.decode_node_register(
+            '[%s,{"id":"rdna","devcore":32,"custominfo":{"cuPerWGP":2}}]'
+            % MI300X_VF)
+        shapes = hami.gpu_shapes(devices)
+        self.assertEqual({'8eff74b5-0000-1000-801b-b56457addd1b': (304, 1),
+                          'rdna': (32, 2)}, shapes)
+        allocators = hami.rebuild_allocators(shapes, [('p', '{"rdna":"2-3"}')])
+        self.assertEqual(2, allocators['rdna'].unit)
+        for bad in ('[{"id":"a"}]', '[{"devcore":4}]',
+                    '[{"id":"a","devcore":2147483647}]',
+                    '[{"id":"a","devcore":4},{"id":"a","devcore":4}]',
+                    '[{"id":"a","devcore":5,"custominfo":{"cuPerWGP":2}}]'):
+            self.assertRaises(exception.HamiProtocolError, hami.gpu_shapes,
+                              hami.decode_node_register(bad))
 
     GPUS = {'gpu-0': (304, 1), 'gpu-1': (304, 1)}
 

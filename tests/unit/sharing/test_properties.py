@@ -14,8 +14,10 @@ from hypothesis import strategies as st
 from hypothesis.stateful import Bundle
 from hypothesis.stateful import RuleBasedStateMachine
 from hypothesis.stateful import consumes
+from hypothesis.stateful import initialize
 from hypothesis.stateful import invariant
 from hypothesis.stateful import rule
+from hypothesis.stateful import run_state_machine_as_test
 
 from amdgpu_virt import exception
 from amdgpu_virt.sharing import allocator
@@ -49,7 +51,8 @@ def _json_values():
         | st.floats(allow_nan=False, allow_infinity=False)
         | st.text(max_size=8),
         lambda children: st.lists(children, max_size=4)
-        | st.dictionaries(keys, children, max_size=5),
+        | st.dictionaries(keys | st.just('cuPerWGP'), children,
+                          max_size=5),
         max_leaves=12)
 
 
@@ -75,6 +78,12 @@ class FuzzTest(testtools.TestCase):
         text = json.dumps(data)
         _only_our_errors(text)
         _only_our_errors('[%s]' % text)
+        with contextlib.suppress(exception.AmdgpuVirtError):
+            devices = hami.decode_node_register('[%s]' % text)
+            for device in devices:
+                self.assertGreaterEqual(device.cu_unit, 1)
+                self.assertIsInstance(device.is_amd, bool)
+            hami.rebuild_allocators(hami.gpu_shapes(devices), [])
 
 
 # --- masks -------------------------------------------------------------------
@@ -148,6 +157,7 @@ class MaskPropertyTest(testtools.TestCase):
         self.assertEqual(cumask.format_id_list(mask),
                          cumask.format_id_list(cumask.parse_id_list(text)))
 
+    @settings(max_examples=100)
     @given(hsa_masks().flatmap(lambda m: st.tuples(st.just(m),
                                                    noisy_hsa(m))))
     def test_hsa_encode_parse_is_canonical(self, case):
@@ -202,6 +212,7 @@ NAMES = st.from_regex(r'[a-z0-9]([-a-z0-9]{0,10}[a-z0-9])?', fullmatch=True)
 
 class HamiPropertyTest(testtools.TestCase):
 
+    @settings(max_examples=100)
     @given(st.lists(DEVICES, max_size=4))
     def test_json_registration_round_trip(self, devices):
         encoded = hami.encode_node_register(devices)
@@ -209,6 +220,7 @@ class HamiPropertyTest(testtools.TestCase):
         self.assertEqual(encoded, hami.encode_node_register(
             hami.decode_node_register(encoded)))
 
+    @settings(max_examples=100)
     @given(st.lists(LEGACY_DEVICES, max_size=4))
     def test_legacy_registration_round_trip(self, devices):
         encoded = hami.encode_node_devices_legacy(devices)
@@ -223,6 +235,7 @@ class HamiPropertyTest(testtools.TestCase):
         self.assertEqual(tuple(tuple(c) for c in containers), decoded)
         self.assertEqual(encoded, hami.encode_pod_devices(decoded))
 
+    @settings(max_examples=100)
     @given(st.datetimes(min_value=datetime.datetime(1970, 1, 1),
                         max_value=datetime.datetime(9999, 1, 1)),
            st.integers(-23 * 60 - 59, 23 * 60 + 59), NAMES, NAMES)
@@ -257,6 +270,8 @@ def _check_disjoint(test, cus):
         seen |= owned
     test.assertEqual(cus.used_count, seen.bit_count())
     test.assertEqual(cus.full_mask & ~cus.free_mask, seen)
+    test.assertEqual(allocator.whole_units(cus.free_mask, cus.unit)
+                     .bit_count(), cus.usable_count)
 
 
 class AllocatorPropertyTest(testtools.TestCase):
@@ -321,11 +336,10 @@ class AllocatorMachine(RuleBasedStateMachine):
         self.model = {}
         self.counter = 0
 
-    @rule(shape=st.sampled_from([(304, 1), (64, 2), (38, 1)]),
-          best=st.booleans())
+    @initialize(shape=st.sampled_from([(304, 1), (64, 2), (38, 1),
+                                       (32, 2)]),
+                best=st.booleans())
     def start(self, shape, best):
-        if self.cus is not None:
-            return
         strategy = allocator.BestFitStrategy() if best else None
         self.cus = allocator.CuAllocator('g', shape[0], unit=shape[1],
                                          strategy=strategy)
@@ -334,8 +348,6 @@ class AllocatorMachine(RuleBasedStateMachine):
     def allocate(self, count):
         self.counter += 1
         owner = 'pod-%d' % self.counter
-        if self.cus is None:
-            return owner
         usable = self.cus.usable_count
         try:
             got = self.cus.allocate(owner, count)
@@ -347,11 +359,24 @@ class AllocatorMachine(RuleBasedStateMachine):
         self.model[owner] = set(got)
         return owner
 
+    @rule(target=owners, picks=st.lists(st.integers(0, 63), max_size=6))
+    def claim_free(self, picks):
+        """Rebuilding from storage may bring CUs that are not whole
+        units; the allocator must still account for them."""
+        self.counter += 1
+        owner = 'stored-%d' % self.counter
+        taken = set().union(*self.model.values())
+        cus = {c for c in picks if c < self.cus.total} - taken
+        self.cus.claim(owner, cus)
+        if cus:
+            self.model[owner] = cus
+        return owner
+
     @rule(owner=consumes(owners))
     def release(self, owner):
         if owner in self.model:
             assert set(self.cus.release(owner)) == self.model.pop(owner)
-        elif self.cus is not None:
+        else:
             try:
                 self.cus.release(owner)
             except exception.UnknownConsumer:
@@ -371,12 +396,17 @@ class AllocatorMachine(RuleBasedStateMachine):
 
     @invariant()
     def agrees_with_model(self):
-        if self.cus is None:
-            return
         assert dict(self.cus.allocations) == {
             o: tuple(sorted(c)) for o, c in sorted(self.model.items())}
         used = sum(len(c) for c in self.model.values())
         assert self.cus.free_count == self.cus.total - used
+        assert self.cus.usable_count == allocator.whole_units(
+            self.cus.free_mask, self.cus.unit).bit_count()
 
 
-AllocatorStateTest = AllocatorMachine.TestCase
+class AllocatorStateTest(testtools.TestCase):
+
+    def test_state_machine(self):
+        run_state_machine_as_test(
+            AllocatorMachine,
+            settings=settings(max_examples=50, stateful_step_count=30))
