@@ -1,11 +1,10 @@
 """The one error hierarchy of amdgpu_virt.
 
 Every error the project raises on purpose derives from
-:class:`AmdgpuVirtError`.
-A subclass sets ``msg_fmt``, a template filled from the keyword arguments
-given at raise time; the template must name the culprit (the file, field,
-annotation or option that was wrong) so that an operator can act on it
-without reading a traceback.
+:class:`AmdgpuVirtError`. A subclass sets ``msg_fmt``, a template filled
+from the keyword arguments given at raise time; the template must name the
+culprit (the file, field, annotation or option that was wrong) so that an
+operator can act on it without reading a traceback.
 
 Areas keep their subclasses in their own section below; add new ones at the
 end of the section that owns them.
@@ -167,3 +166,21 @@ class KubernetesError(AmdgpuVirtError):
 
 class AnnotationError(KubernetesError):
     msg_fmt = 'Bad annotation %(key)s on %(obj)s: %(reason)s'
+
+
+class DevicePluginError(KubernetesError):
+    msg_fmt = 'Device plugin for %(resource)s: %(reason)s'
+
+
+class UnknownDevice(DevicePluginError):
+    msg_fmt = ('Device ID %(device)r in %(request)s is not one that the '
+               'device plugin for %(resource)s offered')
+
+
+class KubernetesConflict(KubernetesError):
+    msg_fmt = ('%(obj)s changed while it was being updated (409 Conflict); '
+               'retry with its new version')
+
+
+class AdmissionReviewError(KubernetesError):
+    msg_fmt = 'Invalid AdmissionReview: %(field)s: %(reason)s'

@@ -35,6 +35,14 @@ class ConfigOpts(cfg.ConfigOpts):
 
 def register_opts(conf: cfg.ConfigOpts) -> cfg.ConfigOpts:
     for module in opts.modules():
+        # ConfigOpts.register_group keeps a shallow copy of the group, whose
+        # option table (where overrides live) would be shared by every
+        # ConfigOpts registering the same module-level OptGroup: give each
+        # one a group of its own so overrides do not leak between them.
+        for group, _opts in module.list_opts():
+            if isinstance(group, cfg.OptGroup):
+                conf.register_group(cfg.OptGroup(
+                    group.name, title=group.title, help=group.help))
         module.register_opts(conf)
     return conf
 

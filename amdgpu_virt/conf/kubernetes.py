@@ -1,12 +1,167 @@
-"""Options of the ``[kubernetes]`` group."""
+"""Options of the ``[kubernetes]`` group.
+
+They configure the Kubernetes side: the kubelet device plugin, the
+admission webhook and (later) the node agent and scheduler extender.
+"""
 
 from __future__ import annotations
 
 from oslo_config import cfg
 
-kubernetes_group = cfg.OptGroup('kubernetes', title='kubernetes')
+kubernetes_group = cfg.OptGroup(
+    'kubernetes', title='Kubernetes',
+    help='The device plugin, admission webhook, node agent and scheduler '
+         'extender that expose AMD GPUs to Kubernetes.')
 
-kubernetes_opts: list[cfg.Opt] = []
+kubernetes_opts: list[cfg.Opt] = [
+    cfg.StrOpt(
+        'kubeconfig',
+        help='Path of a kubeconfig file for talking to the API server.\n\n'
+             'Possible values:\n\n'
+             '* unset: use the in-cluster service account (the normal case '
+             'in a pod)\n'
+             '* a path to a kubeconfig file (for running outside a '
+             'cluster)\n'),
+    cfg.StrOpt(
+        'node_name',
+        help='Name of the Kubernetes node this process runs on.\n\n'
+             'Possible values:\n\n'
+             '* unset: read the NODE_NAME environment variable (set from '
+             'the downward API by the DaemonSet)\n'
+             '* a node name\n'),
+    cfg.StrOpt(
+        'resource_name', default='amd.com/gpu',
+        regex=r'^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*'
+              r'[A-Za-z0-9])?$',
+        help='Extended resource the device plugin registers with kubelet.'
+             '\n\nPossible values:\n\n'
+             '* a vendor-qualified resource name; ``amd.com/gpu`` is what '
+             'HAMi and its users expect\n'),
+    cfg.StrOpt(
+        'device_plugin_dir', default='/var/lib/kubelet/device-plugins/',
+        help='Directory holding kubelet.sock and the device plugin '
+             'sockets.\n\n'
+             'Possible values:\n\n'
+             "* an absolute path; kubelet's default is "
+             '/var/lib/kubelet/device-plugins/\n\n'
+             'Related options:\n\n'
+             '* device_plugin_socket\n'),
+    cfg.StrOpt(
+        'device_plugin_socket', default='amdgpu-virt.sock',
+        regex=r'^[A-Za-z0-9_.-]+\.sock$',
+        help='File name of the device plugin socket inside '
+             'device_plugin_dir.\n\n'
+             'Possible values:\n\n'
+             '* a file name ending in .sock, unique in the directory\n\n'
+             'Related options:\n\n'
+             '* device_plugin_dir\n'),
+    cfg.IntOpt(
+        'share_count', default=10, min=1, max=100,
+        help='Number of device plugin slots (pods) each GPU offers.\n\n'
+             'Possible values:\n\n'
+             '* 1: one pod per GPU (whole GPUs only)\n'
+             '* 2-100: up to this many pods share a GPU; HAMi uses 10 and '
+             'publishes it as ``count`` in the node registration\n'),
+    cfg.StrOpt(
+        'allocation_mode', default='hami', choices=[
+            ('hami', 'the GPUs, CU counts and memory of each container come '
+                     'from the HAMi annotations the scheduler extender '
+                     'wrote on its pod; shared GPUs get HSA_CU_MASK, memory '
+                     'limits and the LD_AUDIT library'),
+            ('whole', 'every device ID kubelet allocates names a distinct '
+                      'whole GPU; no API access (no extender needed)')],
+        help='How the device plugin answers kubelet\'s Allocate.\n\n'
+             'Related options:\n\n'
+             '* share_count (use 1 with ``whole``)\n'
+             '* vgpu_library\n'
+             '* [sharing] cu_strategy\n'),
+    cfg.StrOpt(
+        'vgpu_library', default='/usr/local/vgpu/libamvgpu.so',
+        help='Host path of the LD_AUDIT library that enforces memory limits '
+             'in containers on a shared GPU; it is mounted read-only at '
+             'the same path and named in LD_AUDIT.\n\n'
+             'Possible values:\n\n'
+             '* an absolute path; HAMi installs it at '
+             '/usr/local/vgpu/libamvgpu.so\n\n'
+             'Related options:\n\n'
+             '* allocation_mode\n'),
+    cfg.FloatOpt(
+        'kubelet_poll_interval', default=1.0, min=0.05, max=60.0,
+        help='Seconds between checks that kubelet.sock is unchanged (a '
+             'kubelet restart recreates it and the plugin must register '
+             'again) and between device health checks.\n\n'
+             'Possible values:\n\n'
+             '* 0.05 to 60 seconds\n'),
+    cfg.FloatOpt(
+        'registration_interval', default=30.0, min=1.0, max=3600.0,
+        help='Seconds between checks of the node registration '
+             '(hami.io/node-amd-register) by the node agent; it is '
+             'written only when it changed.\n\n'
+             'Possible values:\n\n'
+             '* 1 to 3600 seconds; HAMi re-registers every 30\n'),
+    cfg.StrOpt(
+        'device_root', default='/',
+        help='Root under which the device nodes /dev/kfd and /dev/dri/* '
+             'are checked for health.\n\n'
+             'Possible values:\n\n'
+             '* ``/`` on a node\n'
+             '* another directory holding dev/kfd and dev/dri/* (tests, '
+             'a chroot)\n'),
+    cfg.StrOpt(
+        'scheduler_name', default='amdgpu-virt-scheduler',
+        help='Scheduler the admission webhook assigns to pods that request '
+             'AMD GPU resources.\n\n'
+             'Possible values:\n\n'
+             '* the name of the kube-scheduler profile that runs the '
+             'amdgpu-virt extender\n\n'
+             'Related options:\n\n'
+             '* webhook_managed_resources\n'),
+    cfg.ListOpt(
+        'webhook_managed_resources',
+        default=['amd.com/gpu', 'amd.com/gpumem', 'amd.com/gpucores'],
+        help='Resources whose presence in a container limit makes the '
+             'webhook handle the pod.\n\n'
+             'Possible values:\n\n'
+             '* a list of extended resource names\n\n'
+             'Related options:\n\n'
+             '* scheduler_name\n'),
+    cfg.StrOpt(
+        'isolated_namespace_label', default='amdgpu-virt.io/tenancy=isolated',
+        regex=r'^[A-Za-z0-9_./-]+=[A-Za-z0-9_.-]*$',
+        help='Namespace label (key=value) marking namespaces whose pods may '
+             'only get whole GPUs: CU masks are cooperative, not a security '
+             'boundary, so such tenants are never co-located on a GPU.\n\n'
+             'Possible values:\n\n'
+             '* ``key=value``\n'),
+    cfg.HostAddressOpt(
+        'webhook_host', default='0.0.0.0',  # noqa: S104
+        help='Address the admission webhook listens on.\n\n'
+             'Possible values:\n\n'
+             '* an IP address or host name\n\n'
+             'Related options:\n\n'
+             '* webhook_port, webhook_cert_file, webhook_key_file\n'),
+    cfg.PortOpt(
+        'webhook_port', default=8443,
+        help='Port the admission webhook listens on (HTTPS).\n\n'
+             'Possible values:\n\n'
+             '* a TCP port\n'),
+    cfg.StrOpt(
+        'webhook_cert_file',
+        help='PEM certificate of the webhook server.\n\n'
+             'Possible values:\n\n'
+             '* unset: serve plain HTTP (tests only; the API server '
+             'requires HTTPS)\n'
+             '* a path, usually mounted from a TLS secret\n\n'
+             'Related options:\n\n'
+             '* webhook_key_file\n'),
+    cfg.StrOpt(
+        'webhook_key_file',
+        help='PEM private key of the webhook server.\n\n'
+             'Possible values:\n\n'
+             '* a path, usually mounted from a TLS secret\n\n'
+             'Related options:\n\n'
+             '* webhook_cert_file\n'),
+]
 
 
 def register_opts(conf: cfg.ConfigOpts) -> None:

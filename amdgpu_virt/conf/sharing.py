@@ -9,14 +9,22 @@ sharing_group = cfg.OptGroup(
     help='How one GPU is shared among pods by CU masks and memory limits.')
 
 sharing_opts: list[cfg.Opt] = [
-    cfg.StrOpt('cu_strategy', default='first-fit',
+    cfg.StrOpt('cu_strategy', default='best-fit',
                help="""
 How free compute units are chosen for a new consumer; a plugin of the
-``amdgpu_virt.sharing.strategies`` namespace.
+``amdgpu_virt.sharing.strategies`` namespace. Both built-in strategies
+refuse a request only when too few whole allocation units are free (so
+they admit the same requests); they differ in which CUs they hand out.
 
 Possible values:
 
-* first-fit: the lowest free CU ids (HAMi's choice)
+* best-fit: (default) one contiguous range taken from the smallest free
+  run that holds it, so masks stay short, spread evenly over the XCDs,
+  and large runs stay free; when no single run holds the request, the
+  fewest pieces
+* first-fit: the lowest free CU ids (HAMi's choice); masks of a busy GPU
+  get scattered
+* the name of any other plugin registered in that namespace
 
 Related options:
 

@@ -1,0 +1,92 @@
+"""``amdgpu-virt k8s ...``: the Kubernetes daemons.
+
+``k8s device plugin`` runs the kubelet device plugin on a node,
+``k8s agent`` keeps the node's GPU registration up to date, and
+``k8s webhook`` serves the admission webhook. Both run until SIGTERM or
+SIGINT and then shut down cleanly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import threading
+from typing import Any
+
+from cliff import command
+
+from amdgpu_virt import plugins
+
+LOG = logging.getLogger(__name__)
+
+
+def _until_signalled() -> threading.Event:
+    stop = threading.Event()
+
+    def handler(signum: int, _frame: Any) -> None:
+        LOG.info('Signal %d received; stopping', signum)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)
+    return stop
+
+
+class DevicePlugin(command.Command):
+    """Serve the kubelet device plugin for this node's AMD GPUs."""
+
+    def take_action(self, parsed_args: argparse.Namespace) -> int:
+        from amdgpu_virt.k8s import deviceplugin
+
+        conf = self.app.get_conf()  # type: ignore[attr-defined]
+        inventory = plugins.load_driver('amdgpu_virt.inventory',
+                                        conf.inventory.driver, conf).scan()
+        plugin = deviceplugin.from_conf(conf, inventory)
+        stop = _until_signalled()
+        plugin.start()
+        try:
+            stop.wait()
+        finally:
+            plugin.stop()
+        return 0
+
+
+class Agent(command.Command):
+    """Register this node's AMD GPUs for the scheduler (HAMi protocol)."""
+
+    def take_action(self, parsed_args: argparse.Namespace) -> int:
+        from amdgpu_virt.k8s import agent
+
+        conf = self.app.get_conf()  # type: ignore[attr-defined]
+        inventory = plugins.load_driver('amdgpu_virt.inventory',
+                                        conf.inventory.driver, conf).scan()
+        node_agent = agent.from_conf(conf, inventory)
+        stop = _until_signalled()
+        node_agent.start()
+        try:
+            stop.wait()
+        finally:
+            node_agent.stop()
+        return 0
+
+
+class Webhook(command.Command):
+    """Serve the admission webhook for pods requesting AMD GPUs."""
+
+    def take_action(self, parsed_args: argparse.Namespace) -> int:
+        from amdgpu_virt.k8s import webhook
+
+        conf = self.app.get_conf()  # type: ignore[attr-defined]
+        server = webhook.from_conf(conf)
+        stop = _until_signalled()
+        thread = threading.Thread(target=server.serve_forever, daemon=True,
+                                  name='webhook')
+        thread.start()
+        LOG.info('Webhook listening on %s:%d', *server.server_address[:2])
+        try:
+            stop.wait()
+        finally:
+            server.shutdown()
+            server.server_close()
+        return 0

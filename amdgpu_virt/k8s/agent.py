@@ -1,0 +1,227 @@
+"""The node agent: registers the node's GPUs with the scheduler side.
+
+HAMi's scheduler (and ours) learns what a node offers from the node
+annotation ``hami.io/node-amd-register``: a JSON array of DeviceInfo,
+re-written every 30 seconds by the node side. The agent writes it from
+the node's GPU units (:mod:`amdgpu_virt.k8s.devices`), with the same
+``count`` the device plugin offers kubelet and each GPU's health, and
+only when it differs from what the node carries (compared after
+decoding, so that an equivalent value written by another encoder is left
+alone). Writes carry the node's resourceVersion and are retried on
+conflict. :meth:`NodeAgent.cleanup` removes the annotation.
+"""
+
+from __future__ import annotations
+
+import abc
+import json
+import logging
+import threading
+from collections.abc import Mapping
+from collections.abc import Sequence
+from typing import Any
+
+from amdgpu_virt import exception
+from amdgpu_virt.k8s import devices
+from amdgpu_virt.k8s import pods
+from amdgpu_virt.sharing import hami
+
+LOG = logging.getLogger(__name__)
+
+VENDOR = 'amd'
+CONFLICT_RETRIES = 5
+
+
+def registration(units: Sequence[devices.GpuUnit], share_count: int,
+                 healthy: Mapping[str, bool]) -> tuple[hami.DeviceInfo, ...]:
+    """The DeviceInfo of every unit, in unit order.
+
+    :param healthy: unit uuid -> health; a missing uuid counts as healthy.
+    """
+    result = []
+    for unit in units:
+        product = unit.product_name or 'AMD Instinct GPU'
+        if hami.AMD_TYPE_WORD not in product.lower():
+            # HAMi's scheduler only takes devices with "amd" in the type
+            product = 'AMD %s' % product
+        custom: dict[str, Any] = {hami.CUSTOMINFO_PCI_BDF: unit.gpu_address}
+        if unit.cu_unit > 1:
+            custom[hami.CUSTOMINFO_CU_PER_WGP] = unit.cu_unit
+        result.append(hami.DeviceInfo(
+            id=unit.uuid, index=unit.index, count=share_count,
+            devmem=unit.vram_mib, devcore=unit.compute_units, type=product,
+            numa=unit.numa_node or 0,
+            health=healthy.get(unit.uuid, True), devicevendor=VENDOR,
+            custominfo=custom))
+    return tuple(result)
+
+
+class NodeStore(abc.ABC):
+    """Reads and annotates the agent's node."""
+
+    @abc.abstractmethod
+    def read(self) -> dict[str, Any]:
+        """The node object.
+
+        :raises KubernetesError: it cannot be read.
+        """
+
+    @abc.abstractmethod
+    def annotate(self, node: Mapping[str, Any],
+                 annotations: Mapping[str, str | None]) -> None:
+        """Write (None: remove) annotations if the node is unchanged.
+
+        :raises KubernetesConflict: the node changed since it was read.
+        :raises KubernetesError: any other failure.
+        """
+
+
+class KubernetesNodeStore(NodeStore):
+    """A :class:`NodeStore` over a ``kubernetes.client.CoreV1Api``."""
+
+    def __init__(self, node_name: str, core_api: Any) -> None:
+        self.node_name = node_name
+        self.api = core_api
+
+    def read(self) -> dict[str, Any]:
+        response = pods.call('GET node %s' % self.node_name,
+                             self.api.read_node, self.node_name,
+                             _preload_content=False)
+        return json.loads(response.data)
+
+    def annotate(self, node: Mapping[str, Any],
+                 annotations: Mapping[str, str | None]) -> None:
+        meta = node.get('metadata') or {}
+        body = {'metadata': {'resourceVersion': meta.get('resourceVersion'),
+                             'annotations': dict(annotations)}}
+        pods.call('PATCH node %s' % self.node_name, self.api.patch_node,
+                  self.node_name, body, _content_type=pods.MERGE_PATCH,
+                  _preload_content=False)
+
+
+class NodeAgent:
+    """Keeps ``hami.io/node-amd-register`` of the node up to date.
+
+    :param store: the node.
+    :param units: the node's GPU units.
+    :param share_count: ``count`` of every device (the device plugin's).
+    :param health: health check per unit; default: all healthy.
+    :param interval: seconds between registrations (HAMi: 30).
+    """
+
+    def __init__(self, store: NodeStore,
+                 units: Sequence[devices.GpuUnit], share_count: int,
+                 health: Any = None, interval: float = 30.0) -> None:
+        self.store = store
+        self.units = tuple(units)
+        self.share_count = share_count
+        self.health = health or (lambda unit: True)
+        self.interval = interval
+        #: annotation writes done (a sync that changes nothing writes none)
+        self.writes = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def desired(self) -> tuple[hami.DeviceInfo, ...]:
+        healthy = {}
+        for unit in self.units:
+            try:
+                healthy[unit.uuid] = bool(self.health(unit))
+            except Exception:  # a failing check is not a healthy GPU
+                LOG.exception('Health check of GPU %s failed', unit.rocr_id)
+                healthy[unit.uuid] = False
+        return registration(self.units, self.share_count, healthy)
+
+    def sync_once(self) -> bool:
+        """Register the node's GPUs if the node says otherwise.
+
+        :returns: True if the annotation was written.
+        :raises KubernetesError: the node cannot be read or written.
+        """
+        desired = self.desired()
+        for _attempt in range(CONFLICT_RETRIES):
+            node = self.store.read()
+            annotations = (node.get('metadata') or {}).get(
+                'annotations') or {}
+            current = annotations.get(hami.NODE_REGISTER)
+            if current is not None:
+                try:
+                    if hami.decode_node_register(current) == desired:
+                        return False
+                except exception.HamiProtocolError as err:
+                    LOG.warning('Replacing an unreadable %s: %s',
+                                hami.NODE_REGISTER, err)
+            try:
+                self.store.annotate(node, {
+                    hami.NODE_REGISTER: hami.encode_node_register(desired)})
+            except exception.KubernetesConflict:
+                continue
+            self.writes += 1
+            LOG.info('Registered %d GPUs in %s', len(desired),
+                     hami.NODE_REGISTER)
+            return True
+        raise exception.KubernetesError(
+            request='register GPUs on the node',
+            reason='%d conflicts in a row' % CONFLICT_RETRIES)
+
+    def cleanup(self) -> None:
+        """Remove the registration (the node offers no GPU any more).
+
+        :raises KubernetesError: the node cannot be read or written.
+        """
+        for _attempt in range(CONFLICT_RETRIES):
+            node = self.store.read()
+            annotations = (node.get('metadata') or {}).get(
+                'annotations') or {}
+            if hami.NODE_REGISTER not in annotations:
+                return
+            try:
+                self.store.annotate(node, {hami.NODE_REGISTER: None})
+                return
+            except exception.KubernetesConflict:
+                continue
+        raise exception.KubernetesError(
+            request='remove %s' % hami.NODE_REGISTER,
+            reason='%d conflicts in a row' % CONFLICT_RETRIES)
+
+    def start(self) -> NodeAgent:
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, daemon=True,
+                                        name='node-agent')
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+            self._thread = None
+
+    def _run(self) -> None:
+        while True:
+            try:
+                self.sync_once()
+            except exception.AmdgpuVirtError as err:
+                LOG.warning('Node registration failed: %s', err)
+            if self._stop.wait(self.interval):
+                return
+
+
+def from_conf(conf: Any, inventory: Any,
+              store: NodeStore | None = None) -> NodeAgent:
+    """A node agent configured by the ``[kubernetes]`` options.
+
+    :raises ConfigError: naming the option at fault.
+    """
+    from amdgpu_virt.k8s import client as k8s_client
+    from amdgpu_virt.k8s import deviceplugin
+
+    group = conf.kubernetes
+    if store is None:
+        store = KubernetesNodeStore(k8s_client.node_name(conf),
+                                    k8s_client.core_api(conf))
+    return NodeAgent(store, devices.units_from_inventory(inventory),
+                     group.share_count,
+                     health=deviceplugin.device_node_health(
+                         group.device_root),
+                     interval=group.registration_interval)

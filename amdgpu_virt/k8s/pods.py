@@ -1,0 +1,145 @@
+"""Where the device plugin reads and writes HAMi's pod and node state.
+
+:class:`PodSource` is the contract; :class:`KubernetesPodSource` reads the
+API through the ``kubernetes`` client. Pods and nodes are plain dicts, as
+the API serves them, so that :mod:`amdgpu_virt.k8s.sharedalloc` stays pure.
+"""
+
+from __future__ import annotations
+
+import abc
+import json
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from kubernetes.client import exceptions as k8s_exceptions
+
+from amdgpu_virt import exception
+from amdgpu_virt.sharing import hami
+
+LOG = logging.getLogger(__name__)
+
+MERGE_PATCH = 'application/merge-patch+json'
+
+
+def call(what: str, func: Any, *args: Any, **kwargs: Any) -> Any:
+    """Call the API; errors become ours, naming ``what`` was asked.
+
+    :raises KubernetesConflict: 409.
+    :raises KubernetesError: any other API error.
+    """
+    try:
+        return func(*args, **kwargs)
+    except k8s_exceptions.ConflictException:
+        raise exception.KubernetesConflict(obj=what) from None
+    except k8s_exceptions.ApiException as err:
+        raise exception.KubernetesError(
+            request=what, reason='%s %s' % (err.status, err.reason)
+        ) from None
+
+
+class PodSource(abc.ABC):
+    """The node's pods and its HAMi node lock.
+
+    :param node_name: the node this device plugin runs on.
+    """
+
+    def __init__(self, node_name: str) -> None:
+        self.node_name = node_name
+
+    @abc.abstractmethod
+    def node_lock(self) -> str | None:
+        """The node's ``hami.io/mutex.lock`` value, or None.
+
+        :raises KubernetesError: the node cannot be read.
+        """
+
+    @abc.abstractmethod
+    def pods_on_node(self) -> list[dict[str, Any]]:
+        """Every pod bound to the node (any phase).
+
+        :raises KubernetesError: the pods cannot be listed.
+        """
+
+    @abc.abstractmethod
+    def annotate_pod(self, pod: Mapping[str, Any],
+                     annotations: Mapping[str, str | None]) -> None:
+        """Write ``annotations`` on ``pod`` if it is unchanged since read.
+
+        :raises KubernetesConflict: the pod changed (stale resourceVersion).
+        :raises KubernetesError: any other failure.
+        """
+
+    @abc.abstractmethod
+    def release_lock(self, namespace: str, name: str) -> None:
+        """Remove the node lock if that pod holds it (else do nothing).
+
+        :raises KubernetesError: the node cannot be read or written.
+        """
+
+
+class KubernetesPodSource(PodSource):
+    """A :class:`PodSource` over a ``kubernetes.client.CoreV1Api``."""
+
+    def __init__(self, node_name: str, core_api: Any) -> None:
+        super().__init__(node_name)
+        self.api = core_api
+
+    def _node(self) -> dict[str, Any]:
+        response = call('GET node %s' % self.node_name,
+                              self.api.read_node, self.node_name,
+                              _preload_content=False)
+        return json.loads(response.data)
+
+    def node_lock(self) -> str | None:
+        annotations = self._node().get('metadata', {}).get(
+            'annotations') or {}
+        return annotations.get(hami.NODE_LOCK)
+
+    def pods_on_node(self) -> list[dict[str, Any]]:
+        response = call(
+            'LIST pods on node %s' % self.node_name,
+            self.api.list_pod_for_all_namespaces,
+            field_selector='spec.nodeName=%s' % self.node_name,
+            _preload_content=False)
+        return list(json.loads(response.data).get('items') or [])
+
+    def annotate_pod(self, pod: Mapping[str, Any],
+                     annotations: Mapping[str, str | None]) -> None:
+        meta = pod.get('metadata') or {}
+        body = {'metadata': {'resourceVersion': meta.get('resourceVersion'),
+                             'annotations': dict(annotations)}}
+        call('PATCH pod %s/%s' % (meta.get('namespace'),
+                                        meta.get('name')),
+                   self.api.patch_namespaced_pod, meta.get('name'),
+                   meta.get('namespace'), body, _content_type=MERGE_PATCH,
+                   _preload_content=False)
+
+    def release_lock(self, namespace: str, name: str) -> None:
+        for _attempt in range(5):
+            node = self._node()
+            meta = node.get('metadata') or {}
+            value = (meta.get('annotations') or {}).get(hami.NODE_LOCK)
+            if not value:
+                return
+            try:
+                lock = hami.decode_node_lock(value)
+            except exception.HamiProtocolError:
+                lock = None
+            if lock is not None and not lock.held_by(namespace, name):
+                return
+            body = {'metadata': {'resourceVersion': meta.get(
+                'resourceVersion'), 'annotations': {hami.NODE_LOCK: None}}}
+            try:
+                call('PATCH node %s' % self.node_name,
+                           self.api.patch_node, self.node_name, body,
+                           _content_type=MERGE_PATCH,
+                           _preload_content=False)
+                return
+            except exception.KubernetesConflict:
+                LOG.debug('node %s changed; retrying lock release',
+                          self.node_name)
+        raise exception.KubernetesError(
+            request='PATCH node %s' % self.node_name,
+            reason='the node lock could not be released after 5 conflicts')

@@ -1,0 +1,115 @@
+"""The node agent against the API server stand-in."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import testtools
+from kubernetes import client
+
+from amdgpu_virt import exception
+from amdgpu_virt.inventory import simulate
+from amdgpu_virt.k8s import agent
+from amdgpu_virt.k8s import devices
+from amdgpu_virt.sharing import hami
+from tests.functional.fixtures import kubeclient
+
+
+class _Racing(agent.KubernetesNodeStore):
+    """Changes the node between each read and write ``times`` times."""
+
+    def __init__(self, node: str, api: Any, times: int) -> None:
+        super().__init__(node, api)
+        self.times = times
+
+    def annotate(self, node: Any, annotations: Any) -> None:
+        if self.times:
+            self.times -= 1
+            self.api.patch_node(self.node_name, {'metadata': {'labels': {
+                'race': str(self.times)}}})
+        super().annotate(node, annotations)
+
+
+class NodeAgentTest(testtools.TestCase):
+
+    def setUp(self) -> None:
+        super().setUp()
+        self.kube = self.useFixture(kubeclient.ApiServerFixture())
+        self.kube.api.create_node(client.V1Node(
+            metadata=client.V1ObjectMeta(name='n1')))
+        self.units = devices.units_from_inventory(simulate.design_host(
+            simulate.HostSpec(hostname='n1', gpus=2)))
+        self.healthy = {u.uuid: True for u in self.units}
+        self.agent = agent.NodeAgent(
+            agent.KubernetesNodeStore('n1', self.kube.api), self.units, 10,
+            health=lambda unit: self.healthy[unit.uuid], interval=0.05)
+
+    def _registered(self) -> tuple[hami.DeviceInfo, ...]:
+        node = self.kube.api.read_node('n1')
+        return hami.decode_node_register(
+            node.metadata.annotations[hami.NODE_REGISTER])
+
+    def test_registers_once_then_only_on_change(self) -> None:
+        self.assertTrue(self.agent.sync_once())
+        self.assertEqual([u.uuid for u in self.units],
+                         [d.id for d in self._registered()])
+        version = self.kube.api.read_node('n1').metadata.resource_version
+        self.assertFalse(self.agent.sync_once())
+        self.assertEqual(version, self.kube.api.read_node(
+            'n1').metadata.resource_version)
+        self.healthy[self.units[1].uuid] = False
+        self.assertTrue(self.agent.sync_once())
+        self.assertEqual([True, False],
+                         [d.health for d in self._registered()])
+        self.assertEqual(2, self.agent.writes)
+
+    def test_equivalent_value_is_left_alone(self) -> None:
+        # HAMi's docs write zero fields out; the meaning is the same
+        entries = [dict(hami.device_to_json(d), index=d.index, numa=d.numa)
+                   for d in agent.registration(self.units, 10, {})]
+        self.kube.api.patch_node('n1', {'metadata': {'annotations': {
+            hami.NODE_REGISTER: json.dumps(entries)}}})
+        self.assertFalse(self.agent.sync_once())
+
+    def test_unreadable_value_is_replaced(self) -> None:
+        self.kube.api.patch_node('n1', {'metadata': {'annotations': {
+            hami.NODE_REGISTER: '[{"count": "ten"}]'}}})
+        self.assertTrue(self.agent.sync_once())
+        self.assertEqual(2, len(self._registered()))
+
+    def test_conflicts_are_retried(self) -> None:
+        self.agent.store = _Racing('n1', self.kube.api, times=2)
+        self.assertTrue(self.agent.sync_once())
+        self.assertEqual(2, len(self._registered()))
+        self.agent.store = _Racing('n1', self.kube.api, times=99)
+        self.healthy[self.units[0].uuid] = False
+        err = self.assertRaises(exception.KubernetesError,
+                                self.agent.sync_once)
+        self.assertIn('conflicts', str(err))
+
+    def test_background_loop_and_cleanup(self) -> None:
+        self.agent.start()
+        self.addCleanup(self.agent.stop)
+        kube = self.kube
+
+        def registered() -> bool:
+            node = kube.api.read_node('n1')
+            return hami.NODE_REGISTER in (node.metadata.annotations or {})
+
+        for _ in range(200):
+            if registered():
+                break
+            self.agent._stop.wait(0.05)
+        self.assertTrue(registered())
+        self.agent.stop()
+        self.agent.cleanup()
+        self.assertFalse(registered())
+        self.agent.cleanup()  # nothing left: no error
+
+    def test_missing_node_names_it(self) -> None:
+        lost = agent.NodeAgent(agent.KubernetesNodeStore('ghost',
+                                                         self.kube.api),
+                               self.units, 10)
+        err = self.assertRaises(exception.KubernetesError, lost.sync_once)
+        self.assertIn('ghost', str(err))

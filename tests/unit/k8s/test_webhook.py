@@ -1,0 +1,281 @@
+"""The admission webhook's decisions, one rule at a time."""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+from typing import Any
+
+import jsonpatch
+import testtools
+from hypothesis import given
+from hypothesis import strategies as st
+
+from amdgpu_virt import conf as conf_pkg
+from amdgpu_virt import exception
+from amdgpu_virt.k8s import webhook
+
+POLICY = webhook.WebhookPolicy(scheduler_name='amdgpu-virt')
+
+
+def _pod(limits: dict[str, Any] | None = None, **spec: Any
+         ) -> dict[str, Any]:
+    container: dict[str, Any] = {'name': 'main', 'image': 'rocm'}
+    if limits is not None:
+        container['resources'] = {'limits': limits}
+    body = {'containers': [container]}
+    body.update(spec)
+    return {'apiVersion': 'v1', 'kind': 'Pod',
+            'metadata': {'name': 'p', 'namespace': 'ns'}, 'spec': body}
+
+
+def _review(pod: dict[str, Any], operation: str = 'CREATE',
+            kind: str = 'Pod') -> dict[str, Any]:
+    return {'apiVersion': 'admission.k8s.io/v1', 'kind': 'AdmissionReview',
+            'request': {'uid': 'u-1', 'kind': {'group': '', 'version': 'v1',
+                                               'kind': kind},
+                        'namespace': 'ns', 'operation': operation,
+                        'object': pod}}
+
+
+def _decide(pod: dict[str, Any], labels: dict[str, str] | None = None,
+            policy: webhook.WebhookPolicy = POLICY) -> dict[str, Any]:
+    return webhook.review(_review(pod), policy, labels)['response']
+
+
+def _patch(response: dict[str, Any]) -> list[dict[str, Any]]:
+    return json.loads(base64.b64decode(response['patch']))
+
+
+class MutationTest(testtools.TestCase):
+
+    def test_sets_scheduler_name_for_each_resource(self) -> None:
+        for resource in ('amd.com/gpu', 'amd.com/gpumem',
+                         'amd.com/gpucores'):
+            pod = _pod({resource: '1'})
+            response = _decide(pod)
+            self.assertTrue(response['allowed'], resource)
+            self.assertEqual('u-1', response['uid'])
+            self.assertEqual('JSONPatch', response['patchType'])
+            patched = jsonpatch.apply_patch(pod, _patch(response))
+            self.assertEqual('amdgpu-virt', patched['spec']['schedulerName'])
+
+    def test_replaces_another_scheduler_name(self) -> None:
+        pod = _pod({'amd.com/gpu': 1}, schedulerName='default-scheduler')
+        patched = jsonpatch.apply_patch(pod, _patch(_decide(pod)))
+        self.assertEqual('amdgpu-virt', patched['spec']['schedulerName'])
+
+    def test_requests_count_and_init_containers_too(self) -> None:
+        pod = _pod()
+        pod['spec']['initContainers'] = [{'name': 'init', 'resources': {
+            'requests': {'amd.com/gpu': '1'}}}]
+        self.assertIn('patch', _decide(pod))
+
+    def test_no_patch_when_already_ours(self) -> None:
+        response = _decide(_pod({'amd.com/gpu': 1},
+                                schedulerName='amdgpu-virt'))
+        self.assertEqual({'uid': 'u-1', 'allowed': True}, response)
+
+    def test_pods_without_gpu_are_untouched(self) -> None:
+        response = _decide(_pod({'cpu': '1'}, nodeName='n1'))
+        self.assertEqual({'uid': 'u-1', 'allowed': True}, response)
+
+    def test_ignore_label_skips_everything(self) -> None:
+        pod = _pod({'amd.com/gpucores': '500'}, nodeName='n1')
+        pod['metadata']['labels'] = {'hami.io/webhook': 'ignore'}
+        self.assertEqual({'uid': 'u-1', 'allowed': True}, _decide(pod))
+
+    def test_other_kinds_and_operations_pass(self) -> None:
+        pod = _pod({'amd.com/gpucores': '500'})
+        for review in (_review(pod, operation='UPDATE'),
+                       _review(pod, kind='Deployment')):
+            self.assertEqual({'uid': 'u-1', 'allowed': True},
+                             webhook.review(review, POLICY)['response'])
+
+    def test_response_envelope(self) -> None:
+        out = webhook.review(_review(_pod({'amd.com/gpu': 1})), POLICY)
+        self.assertEqual(('admission.k8s.io/v1', 'AdmissionReview'),
+                         (out['apiVersion'], out['kind']))
+
+    def test_policy_from_conf(self) -> None:
+        conf = conf_pkg.new_conf()
+        conf.set_override('scheduler_name', 'x', group='kubernetes')
+        conf.set_override('isolated_namespace_label', 'tier=secure',
+                          group='kubernetes')
+        policy = webhook.WebhookPolicy.from_conf(conf)
+        self.assertEqual(('x', ('tier', 'secure')),
+                         (policy.scheduler_name, policy.isolated_label))
+        self.assertIn('amd.com/gpucores', policy.managed_resources)
+
+
+class DenialTest(testtools.TestCase):
+
+    def _denied(self, pod: dict[str, Any],
+                labels: dict[str, str] | None = None) -> str:
+        response = _decide(pod, labels)
+        self.assertFalse(response['allowed'])
+        self.assertNotIn('patch', response)
+        self.assertEqual(403, response['status']['code'])
+        return response['status']['message']
+
+    def test_privileged_container(self) -> None:
+        pod = _pod({'amd.com/gpu': 1})
+        pod['spec']['containers'][0]['securityContext'] = {
+            'privileged': True}
+        message = self._denied(pod)
+        self.assertIn("container 'main' (spec.containers[0])", message)
+        self.assertIn('securityContext.privileged', message)
+
+    def test_privileged_sidecar_without_gpu_is_fine(self) -> None:
+        pod = _pod({'amd.com/gpu': 1})
+        pod['spec']['containers'].append({'name': 'side', 'securityContext':
+                                          {'privileged': True}})
+        self.assertTrue(_decide(pod)['allowed'])
+
+    def test_preset_node_name(self) -> None:
+        message = self._denied(_pod({'amd.com/gpu': 1}, nodeName='n1'))
+        self.assertIn("spec.nodeName: preset to 'n1'", message)
+        self.assertIn("'amdgpu-virt'", message)
+
+    def test_gpucores_range_and_type(self) -> None:
+        for bad in ('0', '101', '-5', '50.5', '500m', 'half', True, 1.5):
+            message = self._denied(_pod({'amd.com/gpucores': bad}))
+            self.assertIn('resources.limits[amd.com/gpucores]', message)
+            self.assertIn(repr(bad), message)
+            self.assertIn("container 'main'", message)
+        for good in ('1', '100', 50, '+25'):
+            self.assertTrue(_decide(_pod({'amd.com/gpucores': good}))[
+                'allowed'], good)
+
+    def test_gpu_and_gpumem_must_be_integers(self) -> None:
+        message = self._denied(_pod({'amd.com/gpu': '1.5'}))
+        self.assertIn('resources.limits[amd.com/gpu]', message)
+        message = self._denied(_pod({'amd.com/gpumem': '4Gi'}))
+        self.assertIn('resources.limits[amd.com/gpumem]', message)
+
+    def test_reserved_environment(self) -> None:
+        for name in ('HSA_CU_MASK', 'ROC_GLOBAL_CU_MASK',
+                     'HIP_DEVICE_MEMORY_LIMIT', 'HIP_DEVICE_MEMORY_LIMIT_0',
+                     'ROCR_VISIBLE_DEVICES', 'LD_AUDIT'):
+            pod = _pod({'amd.com/gpu': 1})
+            pod['spec']['containers'][0]['env'] = [
+                {'name': 'OK', 'value': '1'}, {'name': name, 'value': 'x'}]
+            message = self._denied(pod)
+            self.assertIn("container 'main'", message)
+            self.assertIn('env[1] (%s)' % name, message)
+
+    def test_isolated_namespace_only_whole_gpus(self) -> None:
+        labels = {'amdgpu-virt.io/tenancy': 'isolated'}
+        message = self._denied(_pod({'amd.com/gpu': 1,
+                                     'amd.com/gpucores': '50'}), labels)
+        self.assertIn("namespace 'ns'", message)
+        self.assertIn('resources.limits[amd.com/gpucores]', message)
+        message = self._denied(_pod({'amd.com/gpu': 1,
+                                     'amd.com/gpumem': '1024'}), labels)
+        self.assertIn('resources.limits[amd.com/gpumem]', message)
+        for whole in ({'amd.com/gpu': 2},
+                      {'amd.com/gpu': 1, 'amd.com/gpucores': '100',
+                       'amd.com/gpumem': '0'}):
+            self.assertTrue(_decide(_pod(whole), labels)['allowed'])
+        # the same pod elsewhere may share
+        self.assertTrue(_decide(_pod({'amd.com/gpucores': '50'}),
+                                {'amdgpu-virt.io/tenancy': 'shared'})[
+            'allowed'])
+
+    def test_all_problems_are_reported(self) -> None:
+        pod = _pod({'amd.com/gpucores': '0'}, nodeName='n1')
+        pod['spec']['containers'][0]['env'] = [{'name': 'LD_AUDIT'}]
+        message = self._denied(pod)
+        self.assertEqual(3, message.count(';') + 1)
+
+    def test_malformed_reviews_name_the_field(self) -> None:
+        cases = {'request': {}, 'request.uid': {'request': {'kind': {}}},
+                 'request.object': {'request': {'uid': 'u', 'kind': {
+                     'kind': 'Pod'}}}}
+        for field, body in cases.items():
+            err = self.assertRaises(exception.AdmissionReviewError,
+                                    webhook.review, body, POLICY)
+            self.assertIn(field, str(err))
+
+    def test_bad_isolated_label_option(self) -> None:
+        conf = conf_pkg.new_conf()
+        conf.set_override('isolated_namespace_label', 'novalue=x',
+                          group='kubernetes')
+        conf.kubernetes.isolated_namespace_label  # noqa: B018  (valid)
+        self.assertRaises(ValueError, conf.set_override,
+                          'isolated_namespace_label', 'novalue',
+                          group='kubernetes')
+
+
+_names = st.sampled_from(['main', 'side', 'a/b', 'x~y', 'init'])
+_resources = st.dictionaries(
+    st.sampled_from(['amd.com/gpu', 'amd.com/gpumem', 'amd.com/gpucores',
+                     'cpu']),
+    st.one_of(st.integers(0, 120), st.sampled_from(['1', '100', '50m'])),
+    max_size=3)
+_containers = st.lists(st.fixed_dictionaries(
+    {'name': _names},
+    optional={'resources': st.fixed_dictionaries(
+        {}, optional={'limits': _resources, 'requests': _resources}),
+        'env': st.lists(st.fixed_dictionaries(
+            {'name': st.sampled_from(['A', 'B'])}), max_size=2)}),
+    min_size=1, max_size=3)
+_pods = st.fixed_dictionaries(
+    {'metadata': st.fixed_dictionaries(
+        {'name': st.just('p')},
+        optional={'labels': st.dictionaries(st.sampled_from(
+            ['app', 'a/b', 'hami.io/webhook']), st.sampled_from(
+            ['x', 'ignore']), max_size=2),
+            'annotations': st.dictionaries(st.sampled_from(['k~1', 'a/b']),
+                                           st.just('v'), max_size=2)}),
+     'spec': st.fixed_dictionaries(
+        {'containers': _containers},
+        optional={'initContainers': _containers,
+                  'schedulerName': st.sampled_from(['default-scheduler',
+                                                    'amdgpu-virt']),
+                  'nodeName': st.just('n1')})})
+
+
+class PatchPropertyTest(testtools.TestCase):
+
+    @given(_pods)
+    def test_patch_applies_to_its_pod(self, pod: dict[str, Any]) -> None:
+        original = copy.deepcopy(pod)
+        response = _decide(pod)
+        self.assertEqual(original, pod, 'the review changed its input')
+        if 'patch' not in response:
+            return
+        self.assertTrue(response['allowed'])
+        patched = jsonpatch.apply_patch(pod, _patch(response))
+        self.assertEqual('amdgpu-virt', patched['spec']['schedulerName'])
+        patched['spec'].pop('schedulerName')
+        original['spec'].pop('schedulerName', None)
+        self.assertEqual(original, patched)
+
+
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers(-5, 200) | st.sampled_from(
+        ['', 'Pod', 'CREATE', 'amd.com/gpu', 'HSA_CU_MASK', '50', 'x']),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
+        st.sampled_from(['kind', 'metadata', 'spec', 'containers', 'name',
+                         'resources', 'limits', 'env', 'labels', 'uid',
+                         'object', 'amd.com/gpucores', 'nodeName',
+                         'securityContext', 'privileged']), inner,
+        max_size=4),
+    max_leaves=20)
+
+
+class RobustnessTest(testtools.TestCase):
+
+    @given(_json)
+    def test_any_object_gets_an_answer_or_a_named_error(self, obj: Any
+                                                         ) -> None:
+        body = {'request': {'uid': 'u', 'kind': {'kind': 'Pod'},
+                            'object': obj}}
+        try:
+            out = webhook.review(body, POLICY)
+        except exception.AdmissionReviewError as err:
+            self.assertIn('request', str(err))
+            return
+        self.assertIn(out['response']['allowed'], (True, False))
