@@ -223,23 +223,30 @@ def _bound(limit: int | None) -> int:
 
 def _parse_hex(text: _Text, start: int, end: int, limit: int,
                context: str) -> int:
-    digits = text.compact[start + 2:end]
+    """``text.compact[start:end]`` is ``0x<hex>``."""
     if text.compact[start] != '0':
         text.fail(start, '%sa hex CU list starts with 0x' % context)
+    return _hex_bits(text, start + 2, end, limit, context, start)
+
+
+def _hex_bits(text: _Text, start: int, end: int, limit: int, context: str,
+              mask_at: int) -> int:
+    """Hex digits ``text.compact[start:end]`` as a non-zero bitmap below
+    ``1 << limit``; faults of the whole mask are reported at ``mask_at``."""
+    digits = text.compact[start:end]
     if not digits:
-        text.fail(start + 2, '%sno hex digits after 0x' % context)
+        text.fail(start, '%sno hex digits' % context)
     for i, c in enumerate(digits):
         if c not in _HEX:
-            text.fail(start + 2 + i, '%s%r is not a hex digit'
-                      % (context, c))
+            text.fail(start + i, '%s%r is not a hex digit' % (context, c))
     if len(digits.lstrip('0')) > (limit + 3) // 4:
-        text.fail(start, '%shex mask enables CUs beyond %d'
+        text.fail(mask_at, '%shex mask enables CUs beyond %d'
                   % (context, limit - 1))
     mask = int(digits, 16)
     if not mask:
-        text.fail(start, '%s0x0 enables no CU (ROCr rejects it)' % context)
+        text.fail(mask_at, '%sthe mask enables no CU (0x0)' % context)
     if mask >> limit:
-        text.fail(start, '%shex mask enables CU %d, beyond %d'
+        text.fail(mask_at, '%shex mask enables CU %d, beyond %d'
                   % (context, mask.bit_length() - 1, limit - 1))
     return mask
 
@@ -391,26 +398,6 @@ def parse_global_cu_mask(value: str, cu_count: int | None = None,
         ``cu_count``.
     """
     text = _Text(variable, value)
-    compact = text.compact
-    start = 2 if compact[:2].upper() == '0X' else 0
-    if not compact[start:]:
-        text.fail(start, 'no hex digits')
-    padded = compact if start else '0x' + compact
-    shift = 0 if start else -2
-    # the hex reader, with positions shifted for a missing prefix
-    return _parse_hex(_Shifted(text, padded, shift), 0, len(padded),
-                      _bound(cu_count), '')
-
-
-class _Shifted(_Text):
-    """A :class:`_Text` whose compact form has a prefix the value lacks."""
-
-    def __init__(self, text: _Text, compact: str, shift: int) -> None:
-        self.variable = text.variable
-        self.value = text.value
-        self.where = text.where
-        self.compact = compact
-        self.shift = shift
-
-    def position(self, at: int) -> int:
-        return super().position(max(at + self.shift, 0))
+    start = 2 if text.compact[:2].upper() == '0X' else 0
+    return _hex_bits(text, start, len(text.compact), _bound(cu_count), '',
+                     0)

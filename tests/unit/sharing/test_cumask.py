@@ -117,7 +117,7 @@ class HsaCuMaskTest(testtools.TestCase):
                 ('0:1;;1:2', 4, 'empty CU set'),
                 (';0:1', 0, 'empty CU set'),
                 ('0:1:2', 3, 'more than one ":"'),
-                ('0:0x0', 2, '0x0 enables no CU'),
+                ('0:0x0', 2, 'enables no CU (0x0)'),
                 ('0:0x', 4, 'no hex digits'),
                 ('0:0xfg', 5, "'g' is not a hex digit"),
                 ('0:1x3', 2, 'starts with 0x'),
