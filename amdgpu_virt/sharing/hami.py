@@ -735,7 +735,7 @@ def decode_cu_allocated(value: str, key: str = CU_ALLOCATED
     return result
 
 
-class _Pairs(list):  # type: ignore[type-arg]
+class _Pairs(list):
     """A JSON object kept as its (key, value) pairs."""
 
 
