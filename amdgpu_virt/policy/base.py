@@ -22,12 +22,15 @@ from amdgpu_virt.policy.decision import Verdict
 from amdgpu_virt.policy.workload import Workload
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, eq=False)
 class Option:
     """A kind on a model, as the filters judge it.
 
     :param vf_count: VFs per GPU the planner would use on this model (None
         when the model has no SR-IOV).
+
+    Options compare by identity (cheap to hash as cache keys); the planner
+    makes each once.
     """
 
     kind: Kind

@@ -64,7 +64,9 @@ from amdgpu_virt.sharing import allocator as cu_allocator
 LOG = logging.getLogger(__name__)
 STRATEGY_NAMESPACE = 'amdgpu_virt.sharing.strategies'
 _REFERENCE_MODEL = catalog.by_name('MI300X')
-_KIND_ROLE = {Kind.VF: Role.NOVA_VF, Kind.CU: Role.K8S_SHARED}
+#: shared hosts examined per multi-GPU CU request (round robin), which
+#: bounds the work per request on large fleets
+MULTI_GPU_SCAN = 32
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,10 +109,16 @@ class Bound:
     priority: int
     by_kind: Mapping[str, int]
     feasible: int
+    #: GPUs the feasible workloads need at least (smallest footprints)
+    demand_gpus: float = 0.0
+    #: GPUs free for them (the fleet minus running placements)
+    capacity_gpus: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         return {'placed': self.placed, 'priority': self.priority,
-                'by_kind': dict(self.by_kind), 'feasible': self.feasible}
+                'by_kind': dict(self.by_kind), 'feasible': self.feasible,
+                'demand_gpus': round(self.demand_gpus, 2),
+                'capacity_gpus': round(self.capacity_gpus, 2)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -225,7 +233,7 @@ class Planner:
         self.gpus: list[st.GpuState] = []
         self.free = st.FreeIndex()
         self.vf_index: dict[tuple[str, int], st.BucketIndex] = {}
-        self.vf_hosts: dict[tuple[str, int], dict[str, int]] = {}
+        self.vf_hosts: dict[tuple[str, int], st.BucketIndex] = {}
         self.cu_index: dict[str, st.BucketIndex] = {}
         self.shared_hosts: dict[str, dict[str, list[st.GpuState]]] = {}
         self.ready: dict[tuple[str, Role], dict[str, list[st.GpuState]]] = {}
@@ -312,25 +320,41 @@ class Planner:
         elif role is Role.K8S_SHARED:
             gs.make_pools(self.strategy)
             for pool in gs.pools:
-                self.cu_index.setdefault(model, st.BucketIndex()).put(
-                    pool, pool.alloc.free_count)
+                self._cu_update(pool)
             self.shared_hosts.setdefault(model, {}).setdefault(
                 gs.host.name, []).append(gs)
         elif role in (Role.NOVA_DEDICATED, Role.K8S_DEDICATED) and gs.fixed:
             self.ready.setdefault((model, role), {}).setdefault(
                 gs.host.name, []).append(gs)
 
+    def _cu_update(self, pool: st.Pool) -> None:
+        """Re-index ``pool`` (and its GPU's other pools at the slice cap).
+
+        Pools are bucketed by their balanced free capacity: the smaller of
+        free CUs and free memory counted in CUs, so that a scan from a
+        request's own balanced size finds pools that fit both.
+        """
+        gs = pool.gpu
+        index = self.cu_index.setdefault(gs.model.name, st.BucketIndex())
+        for each in gs.pools:
+            value = 0
+            if gs.slices < self.max_slices:
+                value = min(each.alloc.free_count,
+                            self._mem_as_cus(gs.model, each.mem_free))
+            index.put(each, value)
+
+    @staticmethod
+    def _mem_as_cus(model: GpuModel, mib: int) -> int:
+        return mib * (model.compute_units or 1) // (model.vram_mib or 1)
+
     def _vf_update(self, gs: st.GpuState) -> None:
         key = (gs.model.name, gs.vf_count or 0)
         self.vf_index.setdefault(key, st.BucketIndex()).put(
             gs, len(gs.vf_free))
-        hosts = self.vf_hosts.setdefault(key, {})
         total = sum(len(g.vf_free) for g in gs.host.gpus
                     if g.role is Role.NOVA_VF and g.vf_count == gs.vf_count)
-        if total:
-            hosts[gs.host.name] = total
-        else:
-            hosts.pop(gs.host.name, None)
+        self.vf_hosts.setdefault(key, st.BucketIndex()).put(gs.host.name,
+                                                            total)
 
     # -- incremental mode -------------------------------------------------
 
@@ -418,7 +442,7 @@ class Planner:
                                               reason=str(err)) from None
                 pool.mem_free -= grant.memory_mib
                 gs.slices += 1
-                self.cu_index[gs.model.name].put(pool, pool.alloc.free_count)
+                self._cu_update(pool)
         self.existing.append(dataclasses.replace(decision, existing=True,
                                                  code=Code.PLACED))
 
@@ -547,11 +571,9 @@ class Planner:
                                              unit, 1, found[1]), count))
                     break
         else:
-            for hostname, free in sorted(self.vf_hosts.get(key, {}).items(),
-                                         key=lambda i: i[1]):
-                if free < n:
-                    continue
-                host = self.hosts[hostname]
+            hosts = self.vf_hosts.get(key)
+            for hostname in hosts.at_least(n) if hosts else ():
+                host = self.hosts[hostname]  # type: ignore[index]
                 vf_gpus = [g for g in host.gpus if g.role is Role.NOVA_VF
                            and g.vf_count == count and g.vf_free]
                 picked = self._spread_vfs(w, vf_gpus, n)
@@ -616,10 +638,11 @@ class Planner:
         n = w.gpus
         if n == 1:
             index = self.cu_index.get(model.name)
-            for item in index.at_least(cus) if index else ():
+            need = max(cus, -(-mib * (model.compute_units or 1)
+                              // (model.vram_mib or 1)))
+            for item in index.at_least(need) if index else ():
                 pool: st.Pool = item  # type: ignore[assignment]
-                if not pool.fits(cus, mib) or pool.gpu.slices >= \
-                        self.max_slices:
+                if not pool.fits(cus, mib):
                     continue
                 found = self._select(w, Kind.CU, Role.K8S_SHARED,
                                      [pool.gpu], 1)
@@ -631,17 +654,21 @@ class Planner:
                                                  (gs,), unit, 1, found[1])))
                     break
         else:
-            for hostname, shared in self.shared_hosts.get(
-                    model.name, {}).items():
+            hosts = self.shared_hosts.get(model.name, {})
+            for hostname in list(hosts)[:MULTI_GPU_SCAN]:
+                shared = hosts[hostname]
                 host = self.hosts[hostname]
                 ready = [g for g in shared if self._pool_for(g, cus, mib)]
                 if not ready:
+                    # look at the others first next time (round robin)
+                    hosts[hostname] = hosts.pop(hostname)
                     continue
                 spare = [g for g in host.gpus if g.role is None
                          and self._could_share(g, cus, mib)]
                 found = self._select(w, Kind.CU, Role.K8S_SHARED,
                                      ready + spare, n)
                 if found is None:
+                    hosts[hostname] = hosts.pop(hostname)
                     continue
                 gpus, unv = found
                 convert = tuple(g for g in gpus if g.role is None)
@@ -715,12 +742,11 @@ class Planner:
                         other.alloc.release(w.name)
                         other.mem_free += mib
                         other.gpu.slices -= 1
-                        self.cu_index[model.name].put(
-                            other, other.alloc.free_count)
+                        self._cu_update(other)
                     return None
                 pool.mem_free -= mib
                 gs.slices += 1
-                self.cu_index[model.name].put(pool, pool.alloc.free_count)
+                self._cu_update(pool)
                 done.append(pool)
                 grants.append(Grant(gs.address, mib, cus, cus=taken,
                                     partition=pool.partition))
@@ -902,21 +928,23 @@ class Planner:
         free_gpus = self.free.count(name)
         if option.kind is Kind.DEDICATED:
             ready = sum(len(v) for (m, _r), hosts in self.ready.items()
-                        if m == name for v in hosts.values())
+                        if m == name for v in hosts.values()) \
+                if self.ready else 0
             text = ('needs %d whole %s GPU(s) on one host; %d unassigned '
                     'and %d free dedicated GPU(s) in the fleet, none '
                     'enough on one host' % (w.gpus, name, free_gpus, ready))
         elif option.kind is Kind.VF:
             index = self.vf_index.get((name, option.vf_count or 0))
-            free_vfs = sum(index.where.values()) if index else 0
+            free_vfs = index.total if index else 0
             text = ('needs %d VF(s) of a %s; %d VF(s) free on nova-vf GPUs '
                     'and %d unassigned GPU(s) that could take the role' % (
                         w.gpus, name, free_vfs, free_gpus))
         else:
             index = self.cu_index.get(name)
-            biggest = index.top if index else 0
+            biggest = 0
             if index:
-                biggest = max(index.where.values(), default=0)
+                biggest = next((v for v in range(index.top, 0, -1)
+                                if index.buckets.get(v)), 0)
             text = ('needs %d slice(s) of %d CUs and %d MiB on %s; the '
                     'largest free slice on a shared device is %d CUs, and '
                     '%d unassigned GPU(s) could take the role' % (
@@ -1031,13 +1059,23 @@ class Planner:
         kind_feet: dict[Kind, list[float]] = {k: [] for k in Kind}
         kind_rooms: dict[Kind, float] = dict.fromkeys(Kind, 0.0)
         counted: set[tuple[Kind, tuple[str, str]]] = set()
+        cache: dict[Any, tuple[float, dict[Kind, float]]] = {}
         for w in workloads:
+            shape = w.shape()
+            if shape in cache:
+                best, per_kind = cache[shape]
+                if best < math.inf:
+                    feet.append((best, w.priority))
+                    for kind, foot in per_kind.items():
+                        kind_feet[kind].append(foot)
+                continue
             judgement = self.engine.judge(w, self.options)
+            best = math.inf
+            per_kind = {}
+            cache[shape] = (best, per_kind)
             if not judgement.allowed or self._never_reasons(
                     w, judgement)[0]:
                 continue
-            best = math.inf
-            per_kind: dict[Kind, float] = {}
             for option in judgement.allowed:
                 if option.kind is Kind.VF:
                     foot = w.gpus / (option.vf_count or 1)
@@ -1055,6 +1093,7 @@ class Planner:
                     best = min(best, foot)
                     per_kind[option.kind] = min(
                         per_kind.get(option.kind, math.inf), foot)
+            cache[shape] = (best, per_kind)
             if best < math.inf:
                 feet.append((best, w.priority))
                 for kind, foot in per_kind.items():
@@ -1073,7 +1112,8 @@ class Planner:
             room -= foot * take
         by_kind = {k.value: _smallest_first(sorted(kind_feet[k]),
                                             kind_rooms[k]) for k in Kind}
-        return Bound(placed, int(priority), by_kind, len(feet))
+        return Bound(placed, int(priority), by_kind, len(feet),
+                     sum(f for f, _p in feet), total)
 
     def _class_ok(self, kind: Kind, w: Workload, family_key: str) -> bool:
         if kind is Kind.DEDICATED and w.platform is not Platform.POD:

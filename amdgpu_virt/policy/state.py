@@ -145,6 +145,7 @@ class FreeIndex:
         self.hosts: dict[str, HostState] = {}
         self.keys: dict[str, str] = {}
         self.max_count = 0
+        self.counts: dict[str, int] = {}
 
     def _bucket(self, model: str, key: str, count: int) -> dict[str, None]:
         return self.buckets.setdefault((model, key), {}).setdefault(count,
@@ -159,6 +160,7 @@ class FreeIndex:
             self._bucket(gpu.model.name, key, len(lst)).pop(host.name, None)
         lst.append(gpu)
         lst.sort(key=lambda g: g.order)
+        self.counts[gpu.model.name] = self.counts.get(gpu.model.name, 0) + 1
         self._bucket(gpu.model.name, key, len(lst))[host.name] = None
         self.max_count = max(self.max_count, len(lst))
 
@@ -168,6 +170,7 @@ class FreeIndex:
         lst = self.free[(host, gpu.model.name)]
         self._bucket(gpu.model.name, key, len(lst)).pop(host, None)
         lst.remove(gpu)
+        self.counts[gpu.model.name] -= 1
         if lst:
             self._bucket(gpu.model.name, key, len(lst))[host] = None
 
@@ -194,12 +197,11 @@ class FreeIndex:
             bucket = buckets.get(count)
             if not bucket:
                 continue
-            for name in list(bucket):
+            for name in bucket:
                 yield self.hosts[name], self.free[(name, model)]
 
     def count(self, model: str) -> int:
-        return sum(len(lst) for (_h, m), lst in self.free.items()
-                   if m == model)
+        return self.counts.get(model, 0)
 
 
 class BucketIndex:
@@ -209,14 +211,18 @@ class BucketIndex:
         self.buckets: dict[int, dict[object, None]] = {}
         self.where: dict[object, int] = {}
         self.top = 0
+        #: sum of the values
+        self.total = 0
 
     def put(self, item: object, value: int) -> None:
         old = self.where.pop(item, None)
         if old is not None:
             self.buckets[old].pop(item, None)
+            self.total -= old
         if value > 0:
             self.buckets.setdefault(value, {})[item] = None
             self.where[item] = value
+            self.total += value
             self.top = max(self.top, value)
 
     def at_least(self, value: int) -> Iterator[object]:
@@ -224,7 +230,7 @@ class BucketIndex:
         for count in range(max(1, value), self.top + 1):
             bucket = self.buckets.get(count)
             if bucket:
-                yield from list(bucket)
+                yield from bucket
 
     def __len__(self) -> int:
         return len(self.where)
