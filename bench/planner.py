@@ -39,10 +39,13 @@ def make_fleet(hosts: int, gpus: int, seed: int) -> list:
     result = []
     for i in range(hosts):
         pick = rng.random()
-        for share, model, mode, nps in HOST_MIX:
-            if pick < share:
+        chosen = HOST_MIX[-1]
+        for entry in HOST_MIX:
+            if pick < entry[0]:
+                chosen = entry
                 break
-            pick -= share
+            pick -= entry[0]
+        _share, model, mode, nps = chosen
         count = 4 if model == 'MI210' else gpus
         result.append(simulate.design_host(simulate.HostSpec(
             hostname='host-%04d' % i, model=model, gpus=count, mode=mode,
