@@ -4,10 +4,16 @@ from __future__ import annotations
 
 from oslo_config import cfg
 
-policy_group = cfg.OptGroup(
-    'policy', title='Placement policy',
-    help='How amdgpu_virt decides between a dedicated GPU, an SR-IOV VF '
-         'and a CU slice for each workload, and plans GPU roles.')
+
+
+def _group() -> cfg.OptGroup:
+    return cfg.OptGroup(
+        'policy', title='Placement policy',
+        help='How amdgpu_virt decides between a dedicated GPU, an SR-IOV VF '
+             'and a CU slice for each workload, and plans GPU roles.')
+
+
+policy_group = _group()
 
 DEFAULT_FILTERS = ['platform', 'isolation', 'p2p', 'size', 'interference',
                    'constraints']
@@ -188,8 +194,11 @@ Related options:
 
 
 def register_opts(conf: cfg.ConfigOpts) -> None:
-    conf.register_group(policy_group)
-    conf.register_opts(policy_opts, group=policy_group)
+    # A fresh group object per ConfigOpts: oslo.config copies a registered
+    # group shallowly, so sharing one object would share its option
+    # state (and overrides) between ConfigOpts instances.
+    conf.register_group(_group())
+    conf.register_opts(policy_opts, group='policy')
 
 
 def list_opts() -> list[tuple[cfg.OptGroup, list[cfg.Opt]]]:
