@@ -20,7 +20,9 @@ from amdgpu_virt.model import Kind
 from amdgpu_virt.policy import base
 from amdgpu_virt.policy.decision import Verdict
 from amdgpu_virt.policy.workload import Workload
+from amdgpu_virt.sharing import allocator as cu_allocator
 
+STRATEGY_NAMESPACE = 'amdgpu_virt.sharing.strategies'
 FILTER_NAMESPACE = 'amdgpu_virt.policy.filters'
 WEIGHER_NAMESPACE = 'amdgpu_virt.policy.weighers'
 KIND_ORDER = (Kind.DEDICATED, Kind.VF, Kind.CU)
@@ -53,9 +55,12 @@ class Scored:
 
 
 class Engine:
-    """Filters and weighers loaded from ``[policy]`` options.
+    """Filters and weighers loaded from ``[policy]`` options, and the CU
+    strategy of ``[sharing] cu_strategy`` (strategies keep no state, so
+    one serves every plan).
 
-    :raises DriverNotFound: an enabled filter or weigher is unknown.
+    :raises DriverNotFound: an enabled filter, weigher or the strategy is
+        unknown.
     """
 
     def __init__(self, conf: cfg.ConfigOpts) -> None:
@@ -68,6 +73,8 @@ class Engine:
             f for f in self.filters
             if type(f).gpu_refusal is not base.PolicyFilter.gpu_refusal]
         self._cache: dict[Any, Judgement] = {}
+        self.cu_strategy: cu_allocator.CuStrategy = plugins.load_driver(
+            STRATEGY_NAMESPACE, conf.sharing.cu_strategy)
 
     def vf_count_for(self, model: GpuModel) -> int | None:
         """VFs per GPU for a GPU of ``model`` turned into ``nova-vf``."""

@@ -43,7 +43,6 @@ from oslo_config import cfg
 from amdgpu_virt import catalog
 from amdgpu_virt import exception
 from amdgpu_virt import ledger as av_ledger
-from amdgpu_virt import plugins
 from amdgpu_virt.model import GpuModel
 from amdgpu_virt.model import HostInventory
 from amdgpu_virt.model import Kind
@@ -62,7 +61,6 @@ from amdgpu_virt.policy.workload import Workload
 from amdgpu_virt.sharing import allocator as cu_allocator
 
 LOG = logging.getLogger(__name__)
-STRATEGY_NAMESPACE = 'amdgpu_virt.sharing.strategies'
 _REFERENCE_MODEL = catalog.by_name('MI300X')
 #: shared hosts examined per multi-GPU CU request (round robin), which
 #: bounds the work per request on large fleets
@@ -225,8 +223,7 @@ class Planner:
                  engine: av_engine.Engine | None = None) -> None:
         self.conf = conf
         self.engine = engine or av_engine.Engine(conf)
-        self.strategy: cu_allocator.CuStrategy = plugins.load_driver(
-            STRATEGY_NAMESPACE, conf.sharing.cu_strategy)
+        self.strategy = self.engine.cu_strategy
         self.allow_mixed = bool(conf.policy.allow_mixed_host_drivers)
         self.max_slices = int(conf.policy.max_slices_per_gpu)
         self.hosts: dict[str, st.HostState] = {}

@@ -82,7 +82,8 @@ class TestPlan(CliTest):
                                      ledger)
         self.assertEqual(0, rc)
         self.assertIn('summary', yaml.safe_load(out))
-        state = yaml.safe_load(open(ledger).read())
+        with open(ledger) as handle:
+            state = yaml.safe_load(handle.read())
         self.assertEqual(1, state['version'])
         self.assertIn('gim-0', state['hosts'])
         self.assertTrue(state['placements'])

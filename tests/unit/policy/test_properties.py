@@ -65,7 +65,7 @@ def workloads(draw):
 
 class TestPlanProperties(testtools.TestCase):
 
-    @settings(max_examples=80)
+    @settings(max_examples=50)
     @given(fleets(), workloads(), st.booleans())
     def test_plans_are_safe(self, hosts, items, mixed):
         conf, engine = _setup(mixed)
