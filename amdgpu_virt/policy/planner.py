@@ -796,7 +796,8 @@ class Planner:
             trail.append(Verdict('planner', choice.kind, True,
                                  'placed ' + reason,
                                  choice.view.model.name))
-            return Decision(w.name, Code.PLACED, _short(w, choice),
+            return Decision(w.name, Code.PLACED,
+                            _short(w, choice, judgement),
                             choice.kind, choice.host.name, grants,
                             tuple(trail), best.score, choice.unverified)
         never = self._never_reasons(w, judgement)
@@ -882,7 +883,7 @@ class Planner:
             reasons = self._never[key]
             return all(not v.passed for v in reasons), reasons
         per_host = self.structure['per_host']
-        reasons = []
+        reasons: list[Any] = []
         for option in judgement.allowed:
             model = option.model
             if option.kind is Kind.DEDICATED:
@@ -913,9 +914,11 @@ class Planner:
                         'up to %d CUs and %d MiB' % (
                             w.gpus, need_cus, need_mib, model.name, most,
                             cus, mib))
-            reasons.append(Verdict('capacity', option.kind, ok, text,
-                                   model.name))
-        self._never[key] = reasons
+            reasons.append((most, Verdict('capacity', option.kind, ok, text,
+                                          model.name)))
+        reasons.sort(key=lambda item: -item[0])
+        self._never[key] = [v for _m, v in reasons]
+        reasons = self._never[key]  # type: ignore[assignment]
         return all(not v.passed for v in reasons), reasons
 
     def _capacity_verdict(self, w: Workload, option: base.Option
@@ -1137,21 +1140,32 @@ def _first_refusals(trail: Sequence[Verdict]) -> str:
     return '; '.join('%s: %s' % (k.value if k else '-', m) for k, m in seen)
 
 
-def _short(w: Workload, choice: _Choice) -> str:
+def _short(w: Workload, choice: _Choice,
+           judgement: av_engine.Judgement) -> str:
+    """Why this kind, in a few words, and which rules excluded the others."""
     kind = choice.kind
+    view = choice.view
     if kind is Kind.DEDICATED:
         if w.p2p and w.gpus > 1:
-            why = 'P2P across %d GPUs needs whole GPUs' % w.gpus
-        elif w.whole:
-            why = 'asks for whole GPUs'
+            why = 'P2P across %d GPUs' % w.gpus
         else:
-            why = 'best score among allowed kinds'
+            why = 'whole GPU%s' % ('s' if w.gpus > 1 else '')
     elif kind is Kind.VF:
-        why = 'hardware isolation; fits one VF of %d CUs / %d MiB' % (
-            choice.view.unit_cus, choice.view.unit_mib)
+        why = 'VF of %d CUs/%d MiB' % (view.unit_cus, view.unit_mib)
     else:
-        why = 'trusted, %d CUs + %d MiB slice' % (choice.view.unit_cus,
-                                                  choice.view.unit_mib)
+        why = '%d CUs + %d MiB slice' % (view.unit_cus, view.unit_mib)
+    allowed = judgement.kinds()
+    excluded: dict[Kind, list[str]] = {}
+    for verdict in judgement.trail:
+        if (not verdict.passed and verdict.kind is not None
+                and verdict.kind not in allowed):
+            rules = excluded.setdefault(verdict.kind, [])
+            if verdict.rule not in rules:
+                rules.append(verdict.rule)
+    notes = ['no %s: %s' % (k.value, '/'.join(excluded[k]))
+             for k in av_engine.KIND_ORDER if k in excluded]
+    if notes:
+        why += ' (%s)' % '; '.join(notes)
     if choice.unverified:
         why += '; %s' % UNVERIFIED
     return why
