@@ -880,10 +880,10 @@ class Planner:
                        ) -> tuple[bool, list[Verdict]]:
         key = w.shape()
         if key in self._never:
-            reasons = self._never[key]
-            return all(not v.passed for v in reasons), reasons
+            known = self._never[key]
+            return all(not v.passed for v in known), known
         per_host = self.structure['per_host']
-        reasons: list[Any] = []
+        reasons: list[tuple[int, Verdict]] = []
         for option in judgement.allowed:
             model = option.model
             if option.kind is Kind.DEDICATED:
@@ -917,9 +917,9 @@ class Planner:
             reasons.append((most, Verdict('capacity', option.kind, ok, text,
                                           model.name)))
         reasons.sort(key=lambda item: -item[0])
-        self._never[key] = [v for _m, v in reasons]
-        reasons = self._never[key]  # type: ignore[assignment]
-        return all(not v.passed for v in reasons), reasons
+        verdicts = [v for _m, v in reasons]
+        self._never[key] = verdicts
+        return all(not v.passed for v in verdicts), verdicts
 
     def _capacity_verdict(self, w: Workload, option: base.Option
                           ) -> Verdict:
