@@ -86,12 +86,21 @@ class Engine:
     def options(self, models: Iterable[GpuModel],
                 vf_counts: dict[str, Sequence[int]] | None = None
                 ) -> tuple[base.Option, ...]:
-        """Every (kind, model[, VF count]) to judge for a fleet."""
+        """Every (kind, model[, VF count]) to judge for a fleet.
+
+        :param vf_counts: VF counts per model name that exist or may be
+            made in the fleet; a model missing or with none gets one VF
+            option without a count (judged as offering no VF). Without
+            this mapping, the count :meth:`vf_count_for` gives.
+        """
         result = []
         for model in sorted(set(models), key=lambda m: m.name):
             result.append(base.Option(Kind.DEDICATED, model))
-            counts = (vf_counts or {}).get(model.name) or (
-                self.vf_count_for(model),)
+            counts: Sequence[int | None]
+            if vf_counts is None:
+                counts = (self.vf_count_for(model),)
+            else:
+                counts = vf_counts.get(model.name) or (None,)
             result.extend(base.Option(Kind.VF, model, c) for c in counts)
             result.append(base.Option(Kind.CU, model))
         return tuple(result)

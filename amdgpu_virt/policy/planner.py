@@ -259,13 +259,16 @@ class Planner:
             self._claim(decision)
         self.models = sorted({g.model for g in self.gpus},
                              key=lambda m: m.name)
-        vf_counts: dict[str, list[int]] = {}
+        # VF layouts that exist or may be made in this fleet, per model:
+        # a model none of whose GPUs can run GIM here offers no VF
+        vf_counts: dict[str, list[int]] = {m.name: [] for m in self.models}
         for gs in self.gpus:
-            count = (gs.vf_count if gs.role is Role.NOVA_VF
-                     else self._vf_count_on(gs) if gs.role is None
-                     else None)
-            if count is not None and count not in vf_counts.setdefault(
-                    gs.model.name, []):
+            count = None
+            if gs.role is Role.NOVA_VF:
+                count = gs.vf_count
+            elif gs.role is None and self._role_ok(gs, Role.NOVA_VF)[0]:
+                count = self._vf_count_on(gs)
+            if count is not None and count not in vf_counts[gs.model.name]:
                 vf_counts[gs.model.name].append(count)
         self.options = self.engine.options(self.models, {
             k: sorted(v) for k, v in vf_counts.items()})

@@ -40,8 +40,11 @@ class SizeFilter(base.PolicyFilter):
                 per_model=True)
         if option.kind is Kind.VF:
             if option.vf_count is None:
-                return self._verdict(option, False, '%s has no SR-IOV VFs'
-                                     % model.name, per_model=True)
+                why = ('the model has no SR-IOV'
+                       if model.vf_device_id is None or not model.vf_counts
+                       else 'none of its GPUs here can run the GIM driver')
+                return self._verdict(option, False, '%s offers no VFs (%s)'
+                                     % (model.name, why), per_model=True)
             vf_cus, vf_mib = catalog.vf_size(model, option.vf_count)
             vf_cus = vf_cus or 0
             vf_mib = vf_mib or 0

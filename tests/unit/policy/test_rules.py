@@ -100,7 +100,12 @@ class TestFilters(testtools.TestCase):
         verdict = rule.check(Workload('x', memory_mib=1024, cus=8),
                              base.Option(Kind.VF, MI300A, None))
         self.assertFalse(verdict.passed)
-        self.assertIn('MI300A has no SR-IOV', verdict.message)
+        self.assertIn('MI300A offers no VFs (the model has no SR-IOV)',
+                      verdict.message)
+        verdict = rule.check(Workload('x', memory_mib=1024, cus=8),
+                             base.Option(Kind.VF, MI210, None))
+        self.assertIn('none of its GPUs here can run the GIM driver',
+                      verdict.message)
 
     def test_size_threshold(self):
         rule = size.SizeFilter(self.conf)
