@@ -21,6 +21,8 @@ from amdgpu_virt import yamlutil
 from amdgpu_virt.inventory import fleet as av_fleet
 from amdgpu_virt.policy import chart as av_chart
 from amdgpu_virt.policy import planner as av_planner
+from amdgpu_virt.policy import result as av_result
+from amdgpu_virt.policy import statefile as av_statefile
 from amdgpu_virt.policy import workload as av_workload
 from amdgpu_virt.policy.decision import Decision
 
@@ -44,7 +46,7 @@ def _add_inputs(parser: argparse.ArgumentParser) -> None:
              'new workloads, moving nothing that runs')
 
 
-def make_plan(conf: Any, args: argparse.Namespace) -> av_planner.Plan:
+def make_plan(conf: Any, args: argparse.Namespace) -> av_result.Plan:
     """Load the inputs named in ``args`` and plan.
 
     :raises AmdgpuVirtError: an input is invalid (naming it).
@@ -55,7 +57,7 @@ def make_plan(conf: Any, args: argparse.Namespace) -> av_planner.Plan:
     ledger = None
     existing: list[Decision] = []
     if args.ledger:
-        ledger, existing = av_planner.load_state(
+        ledger, existing = av_statefile.load_state(
             yamlutil.load_file(args.ledger), args.ledger)
     if args.ledger:
         running = {d.workload for d in existing}
@@ -102,7 +104,7 @@ def _short(text: str, width: int = 60) -> str:
     return text if len(text) <= width else text[:width - 3] + '...'
 
 
-def render_table(plan: av_planner.Plan) -> str:
+def render_table(plan: av_result.Plan) -> str:
     gpu_rows = [(g.host, g.address, g.model, g.role.value
                  + (' *' if g.unverified else ''), g.mode,
                  ', '.join(g.used_by) or '-') for g in plan.gpus]
@@ -148,7 +150,7 @@ def render_table(plan: av_planner.Plan) -> str:
     return '\n'.join(lines) + '\n'
 
 
-def plan_dict(plan: av_planner.Plan) -> dict[str, Any]:
+def plan_dict(plan: av_result.Plan) -> dict[str, Any]:
     return {'gpus': [g.to_dict() for g in plan.gpus],
             'workloads': [d.to_dict(trail=False) for d in plan.decisions],
             'summary': plan.summary(),
@@ -172,7 +174,7 @@ def write_if_changed(path: str, text: str) -> bool:
     return True
 
 
-def write_chart(plan: av_planner.Plan, path: str) -> None:
+def write_chart(plan: av_result.Plan, path: str) -> None:
     """SVG or PNG, by the file name's extension.
 
     :raises AmdgpuVirtError: another extension, or PNG without matplotlib.

@@ -16,7 +16,7 @@ from xml.sax import saxutils
 
 from amdgpu_virt import exception
 from amdgpu_virt.model import Role
-from amdgpu_virt.policy.planner import GpuReport
+from amdgpu_virt.policy.result import GpuReport
 
 ROW = 22
 BAR_X = 330

@@ -35,7 +35,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from oslo_config import cfg
@@ -50,10 +50,12 @@ from amdgpu_virt.model import Role
 from amdgpu_virt.policy import base
 from amdgpu_virt.policy import engine as av_engine
 from amdgpu_virt.policy import state as st
+from amdgpu_virt.policy.result import Bound
+from amdgpu_virt.policy.result import GpuReport
+from amdgpu_virt.policy.result import Plan
 from amdgpu_virt.policy.decision import Code
 from amdgpu_virt.policy.decision import Decision
 from amdgpu_virt.policy.decision import Grant
-from amdgpu_virt.policy.decision import parse_cu_ranges
 from amdgpu_virt.policy.decision import UNVERIFIED
 from amdgpu_virt.policy.decision import Verdict
 from amdgpu_virt.policy.workload import Platform
@@ -65,131 +67,6 @@ _REFERENCE_MODEL = catalog.by_name('MI300X')
 #: shared hosts examined per multi-GPU CU request (round robin), which
 #: bounds the work per request on large fleets
 MULTI_GPU_SCAN = 32
-
-
-@dataclasses.dataclass(frozen=True)
-class GpuReport:
-    """One GPU of the plan, for tables and charts.
-
-    ``cu_owners`` lists ``(owner, partition, first CU, count)`` runs;
-    ``vf_owners`` the owner of each VF index (None when free).
-    """
-
-    host: str
-    address: str
-    model: str
-    role: Role
-    mode: str
-    used_by: tuple[str, ...]
-    cus: int
-    vram_mib: int
-    demand: float
-    granted: float
-    vf_owners: tuple[str | None, ...] = ()
-    cu_owners: tuple[tuple[str, int | None, int, int], ...] = ()
-    partitions: tuple[tuple[int | None, int], ...] = ()
-    unverified: bool = False
-    fixed: bool = False
-
-    def to_dict(self) -> dict[str, Any]:
-        return {'host': self.host, 'address': self.address,
-                'model': self.model, 'role': self.role.value,
-                'mode': self.mode, 'used_by': list(self.used_by),
-                'demand': round(self.demand, 4),
-                'unverified': self.unverified}
-
-
-@dataclasses.dataclass(frozen=True)
-class Bound:
-    """The fluid capacity bound (see the module documentation)."""
-
-    placed: int
-    priority: int
-    by_kind: Mapping[str, int]
-    feasible: int
-    #: GPUs the feasible workloads need at least (smallest footprints)
-    demand_gpus: float = 0.0
-    #: GPUs free for them (the fleet minus running placements)
-    capacity_gpus: float = 0.0
-
-    def to_dict(self) -> dict[str, Any]:
-        return {'placed': self.placed, 'priority': self.priority,
-                'by_kind': dict(self.by_kind), 'feasible': self.feasible,
-                'demand_gpus': round(self.demand_gpus, 2),
-                'capacity_gpus': round(self.capacity_gpus, 2)}
-
-
-@dataclasses.dataclass(frozen=True)
-class Plan:
-    """GPU roles (a ledger), a decision per workload, and figures."""
-
-    ledger: av_ledger.Ledger
-    decisions: tuple[Decision, ...]
-    gpus: tuple[GpuReport, ...]
-    bound: Bound
-    workloads: tuple[Workload, ...]
-
-    def decision(self, name: str) -> Decision:
-        """The decision about workload ``name``.
-
-        :raises PlanError: naming the workload when there is none.
-        """
-        for item in self.decisions:
-            if item.workload == name:
-                return item
-        raise exception.PlanError(
-            source='plan', reason='no workload named %r; known: %s' % (
-                name, ', '.join(d.workload for d in self.decisions)))
-
-    def summary(self) -> dict[str, Any]:
-        new = [d for d in self.decisions if not d.existing]
-        placed = [d for d in new if d.placed]
-        by_kind = {k.value: sum(1 for d in placed if d.kind is k)
-                   for k in Kind}
-        by_code = {c.value: sum(1 for d in new if d.code is c)
-                   for c in Code}
-        priority = {w.name: w.priority for w in self.workloads}
-        total = len(self.gpus)
-        used = [g for g in self.gpus if g.role is not Role.IDLE]
-        busy = [g for g in self.gpus if g.used_by]
-        demand = sum(g.demand for g in self.gpus)
-        stranded = sum(1.0 - g.demand for g in used)
-        placed_priority = sum(priority.get(d.workload, 0) for d in placed)
-        return {
-            'workloads': len(new), 'placed': len(placed),
-            'placed_by_kind': by_kind, 'by_code': by_code,
-            'placed_priority': placed_priority,
-            'existing': len(self.decisions) - len(new),
-            'unverified': sum(1 for d in placed if d.unverified),
-            'gpus': total, 'gpus_with_role': len(used),
-            'gpus_in_use': len(busy),
-            'roles': {r.value: sum(1 for g in self.gpus if g.role is r)
-                      for r in Role},
-            'utilisation': round(demand / total, 4) if total else 0.0,
-            'utilisation_of_used': (round(demand / len(used), 4)
-                                    if used else 0.0),
-            'stranded_gpus': round(stranded, 2),
-            'bound': self.bound.to_dict(),
-            'distance_to_bound': self.bound.placed - len(placed),
-            'placed_of_bound': (round(len(placed) / self.bound.placed, 4)
-                                if self.bound.placed else 1.0),
-            'priority_of_bound': (
-                round(placed_priority / self.bound.priority, 4)
-                if self.bound.priority else 1.0),
-        }
-
-    def placements(self) -> list[dict[str, Any]]:
-        """Placed workloads in the state-file form (see :func:`load_state`)."""
-        return [{'workload': d.workload, 'kind': d.kind.value,  # type: ignore
-                 'host': d.host,
-                 'grants': [g.to_dict() for g in d.grants]}
-                for d in self.decisions if d.placed]
-
-    def state_dict(self) -> dict[str, Any]:
-        """The ledger plus the placements: input of incremental mode."""
-        data = self.ledger.to_dict()
-        data['placements'] = self.placements()
-        return data
 
 
 @dataclasses.dataclass
@@ -1180,70 +1057,3 @@ def plan(conf: cfg.ConfigOpts, hosts: Sequence[HostInventory],
          existing: Sequence[Decision] = ()) -> Plan:
     """Plan ``workloads`` on ``hosts`` (see :class:`Planner`)."""
     return Planner(conf, hosts, ledger, existing).plan(workloads)
-
-
-# -- the state file (ledger + running placements) --------------------------
-
-def placements_from_dict(raw: Any, source: str) -> list[Decision]:
-    """Running placements of a state file's ``placements`` list.
-
-    :raises PlanError: naming the file, the entry and the field.
-    """
-    if raw is None:
-        return []
-    if not isinstance(raw, list):
-        raise exception.PlanError(source=source,
-                                  reason='placements must be a list')
-    result = []
-    for i, entry in enumerate(raw):
-        where = '%s: placements[%d]' % (source, i)
-        if not isinstance(entry, Mapping):
-            raise exception.PlanError(source=where,
-                                      reason='expected a mapping')
-        try:
-            kind = Kind(entry.get('kind'))
-        except ValueError:
-            raise exception.PlanError(
-                source=where, reason='kind %r is not one of %s' % (
-                    entry.get('kind'), ', '.join(k.value for k in Kind))
-            ) from None
-        grants = []
-        for j, g in enumerate(entry.get('grants') or []):
-            gwhere = '%s.grants[%d]' % (where, j)
-            if not isinstance(g, Mapping) or 'address' not in g:
-                raise exception.PlanError(source=gwhere,
-                                          reason='expected a mapping with '
-                                          'an address')
-            try:
-                cus = (None if g.get('cus') is None else
-                       parse_cu_ranges(str(g['cus'])))
-                grants.append(Grant(
-                    address=str(g['address']),
-                    memory_mib=int(g.get('memory_mib', 0)),
-                    compute_units=int(g.get('compute_units', 0)),
-                    vf_index=(None if g.get('vf') is None
-                              else int(g['vf'])),
-                    cus=cus,
-                    partition=(None if g.get('partition') is None
-                               else int(g['partition']))))
-            except (TypeError, ValueError) as err:
-                raise exception.PlanError(source=gwhere,
-                                          reason=str(err)) from None
-        if not grants or not entry.get('workload') or not entry.get('host'):
-            raise exception.PlanError(source=where, reason='workload, host '
-                                      'and grants are required')
-        result.append(Decision(
-            workload=str(entry['workload']), code=Code.PLACED,
-            reason='running (kept from the ledger)', kind=kind,
-            host=str(entry['host']), grants=tuple(grants), existing=True))
-    return result
-
-
-def load_state(data: Any, source: str
-               ) -> tuple[av_ledger.Ledger, list[Decision]]:
-    """The ledger and running placements of a state file's content."""
-    ledger = av_ledger.from_dict(data, source=source)
-    placements = placements_from_dict(
-        data.get('placements') if isinstance(data, Mapping) else None,
-        source)
-    return ledger, placements

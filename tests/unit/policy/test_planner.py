@@ -12,6 +12,7 @@ from amdgpu_virt.inventory import fleet
 from amdgpu_virt.model import Kind
 from amdgpu_virt.model import Role
 from amdgpu_virt.policy import planner as av_planner
+from amdgpu_virt.policy import statefile as av_statefile
 from amdgpu_virt.policy.decision import Code
 from amdgpu_virt.policy.decision import UNVERIFIED
 from amdgpu_virt.policy.workload import Platform
@@ -237,7 +238,7 @@ class TestIncremental(testtools.TestCase):
 
     def _state(self):
         text = yamlutil.dump(self.plan1.state_dict())
-        return av_planner.load_state(yamlutil.load(text, 'state'), 'state')
+        return av_statefile.load_state(yamlutil.load(text, 'state'), 'state')
 
     def test_running_placements_do_not_move(self):
         ledger, existing = self._state()
@@ -286,7 +287,7 @@ class TestIncremental(testtools.TestCase):
     def test_role_mismatch_is_refused(self):
         data = self.plan1.state_dict()
         data['placements'][0]['kind'] = 'cu'
-        ledger, existing = av_planner.load_state(data, 'state.yaml')
+        ledger, existing = av_statefile.load_state(data, 'state.yaml')
         err = self.assertRaises(exception.PlanError, av_planner.Planner,
                                 utils.conf(), self.hosts, ledger, existing)
         self.assertIn('placements: t1', str(err))
@@ -315,7 +316,7 @@ class TestIncremental(testtools.TestCase):
                            'grants[0]'),
                           ({'kind': 'vf'}, 'required')):
             err = self.assertRaises(exception.PlanError,
-                                    av_planner.placements_from_dict, [raw],
+                                    av_statefile.placements_from_dict, [raw],
                                     'f.yaml')
             self.assertIn(text, str(err))
             self.assertIn('placements[0]', str(err))

@@ -10,6 +10,7 @@ from amdgpu_virt.inventory import simulate
 from amdgpu_virt.model import HostInventory
 from amdgpu_virt.policy import engine as av_engine
 from amdgpu_virt.policy import planner as av_planner
+from amdgpu_virt.policy import result as av_result
 from amdgpu_virt.policy.workload import Workload
 
 
@@ -34,14 +35,14 @@ def host(name: str, mode: str = 'spx', model: str = 'MI300X', gpus: int = 8,
 
 
 def plan(hosts: Sequence[HostInventory], workloads: Sequence[Workload],
-         c=None, **kwargs) -> av_planner.Plan:
+         c=None, **kwargs) -> av_result.Plan:
     engine = None if c is not None else default_engine()
     c = c if c is not None else conf()
     return av_planner.Planner(c, hosts, engine=engine, **kwargs).plan(
         workloads)
 
 
-def invariants(plan: av_planner.Plan, hosts: Sequence[HostInventory],
+def invariants(plan: av_result.Plan, hosts: Sequence[HostInventory],
                workloads: Sequence[Workload]) -> list[str]:
     """Every broken invariant of ``plan``, recomputed from its decisions."""
     from amdgpu_virt import catalog
