@@ -52,8 +52,14 @@ def make_plan(conf: Any, args: argparse.Namespace) -> av_result.Plan:
     :raises AmdgpuVirtError: an input is invalid (naming it).
     """
     hosts = av_fleet.load_fleet(args.fleet)
-    workloads = av_workload.load_workloads(
-        args.workloads or data.path(SAMPLE_WORKLOADS))
+    path = args.workloads or data.path(SAMPLE_WORKLOADS)
+    invalid: list[Any] = []
+    if getattr(args, 'skip_invalid', False):
+        workloads, invalid = av_workload.load_workloads_lenient(path)
+        for name, err in invalid:
+            LOG.warning('skipping invalid workload %s: %s', name, err)
+    else:
+        workloads = av_workload.load_workloads(path)
     ledger = None
     existing: list[Decision] = []
     if args.ledger:
@@ -62,7 +68,8 @@ def make_plan(conf: Any, args: argparse.Namespace) -> av_result.Plan:
     if args.ledger:
         running = {d.workload for d in existing}
         workloads = [w for w in workloads if w.name not in running]
-    return av_planner.plan(conf, hosts, workloads, ledger, existing)
+    return av_planner.plan(conf, hosts, workloads, ledger, existing,
+                           invalid)
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
@@ -200,6 +207,10 @@ class Plan(command.Command):
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser = super().get_parser(prog_name)
         _add_inputs(parser)
+        parser.add_argument('--skip-invalid', action='store_true',
+                            help='report invalid workload entries with code '
+                                 '"invalid" and plan the others, instead of '
+                                 'stopping at the first')
         parser.add_argument('-f', '--format', choices=FORMATS,
                             default='table', help='output format')
         parser.add_argument('--output-ledger', metavar='FILE',

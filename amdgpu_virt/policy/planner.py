@@ -692,9 +692,13 @@ class Planner:
             'now: %s' % ('/'.join(k.value for k in judgement.kinds()),
                          capacity[0].message), trail=tuple(trail))
 
-    def plan(self, workloads: Sequence[Workload]) -> Plan:
+    def plan(self, workloads: Sequence[Workload],
+             invalid: Sequence[tuple[str, exception.WorkloadSpecError]] = ()
+             ) -> Plan:
         """Place ``workloads`` (new ones; running ones came in ``existing``).
 
+        :param invalid: specifications that failed validation, reported
+            with code ``invalid`` and every problem in the trail.
         :raises PlanError: a workload name is used twice or is running.
         """
         names = {d.workload for d in self.existing}
@@ -708,7 +712,10 @@ class Planner:
         for w in self.order(workloads):
             decided[w.name] = self.place(w)
         decisions = tuple(self.existing) + tuple(
-            decided[w.name] for w in workloads)
+            decided[w.name] for w in workloads) + tuple(
+            Decision(name, Code.INVALID, str(err), trail=tuple(
+                Verdict('spec', None, False, p) for p in err.problems))
+            for name, err in invalid)
         LOG.debug('planned %d workloads on %d GPUs', len(workloads),
                   len(self.gpus))
         return Plan(self._ledger(), decisions, self._reports(decisions,
@@ -1054,6 +1061,8 @@ def _short(w: Workload, choice: _Choice,
 def plan(conf: cfg.ConfigOpts, hosts: Sequence[HostInventory],
          workloads: Sequence[Workload],
          ledger: av_ledger.Ledger | None = None,
-         existing: Sequence[Decision] = ()) -> Plan:
+         existing: Sequence[Decision] = (),
+         invalid: Sequence[tuple[str, exception.WorkloadSpecError]] = ()
+         ) -> Plan:
     """Plan ``workloads`` on ``hosts`` (see :class:`Planner`)."""
-    return Planner(conf, hosts, ledger, existing).plan(workloads)
+    return Planner(conf, hosts, ledger, existing).plan(workloads, invalid)

@@ -91,6 +91,7 @@ class Plan:
 
     def summary(self) -> dict[str, Any]:
         new = [d for d in self.decisions if not d.existing]
+        invalid = sum(1 for d in new if d.code is Code.INVALID)
         placed = [d for d in new if d.placed]
         by_kind = {k.value: sum(1 for d in placed if d.kind is k)
                    for k in Kind}
@@ -105,6 +106,7 @@ class Plan:
         placed_priority = sum(priority.get(d.workload, 0) for d in placed)
         return {
             'workloads': len(new), 'placed': len(placed),
+            'invalid': invalid,
             'placed_by_kind': by_kind, 'by_code': by_code,
             'placed_priority': placed_priority,
             'existing': len(self.decisions) - len(new),

@@ -381,6 +381,21 @@ def list_from_dict(raw: Any, source: str) -> list[Workload]:
     :raises WorkloadSpecError: naming the file, the entry and every problem
         (of the first invalid entry); also for a name used twice.
     """
+    workloads, invalid = parse_list(raw, source)
+    if invalid:
+        raise invalid[0][1]
+    return workloads
+
+
+def parse_list(raw: Any, source: str
+               ) -> tuple[list[Workload],
+                          list[tuple[str, exception.WorkloadSpecError]]]:
+    """Valid workloads of a list file, and the invalid entries.
+
+    :returns: the valid workloads, and ``(name, error)`` for each invalid
+        entry (the name it gave, or its position in the file).
+    :raises WorkloadSpecError: the file itself has the wrong shape.
+    """
     if not isinstance(raw, Mapping) or not isinstance(raw.get('workloads'),
                                                       list):
         raise exception.WorkloadSpecError(
@@ -391,17 +406,25 @@ def list_from_dict(raw: Any, source: str) -> list[Workload]:
             source, ['%s: unknown top-level key(s); allowed: workloads'
                      % ', '.join(unknown)])
     result: list[Workload] = []
+    invalid: list[tuple[str, exception.WorkloadSpecError]] = []
     seen: set[str] = set()
     for i, entry in enumerate(raw['workloads']):
-        workload = from_dict(entry, '%s: workloads[%d]' % (source, i))
-        if workload.name in seen:
-            raise exception.WorkloadSpecError(
-                '%s (%s: workloads[%d])' % (workload.name, source, i),
-                ['name: %r is used by an earlier workload; names must be '
-                 'unique' % workload.name])
+        where = '%s: workloads[%d]' % (source, i)
+        name = (str(entry['name']) if isinstance(entry, Mapping)
+                and entry.get('name') is not None else 'workloads[%d]' % i)
+        try:
+            workload = from_dict(entry, where)
+            if workload.name in seen:
+                raise exception.WorkloadSpecError(
+                    '%s (%s)' % (workload.name, where),
+                    ['name: %r is used by an earlier workload; names must '
+                     'be unique' % workload.name])
+        except exception.WorkloadSpecError as err:
+            invalid.append((name, err))
+            continue
         seen.add(workload.name)
         result.append(workload)
-    return result
+    return result, invalid
 
 
 def load_workloads(path: str) -> list[Workload]:
@@ -411,3 +434,11 @@ def load_workloads(path: str) -> list[Workload]:
     :raises AmdgpuVirtError: unreadable file or invalid YAML.
     """
     return list_from_dict(yamlutil.load_file(path), path)
+
+
+def load_workloads_lenient(path: str
+                           ) -> tuple[list[Workload],
+                                      list[tuple[str,
+                                                 exception.WorkloadSpecError]]]:
+    """Like :func:`load_workloads`, returning invalid entries instead."""
+    return parse_list(yamlutil.load_file(path), path)

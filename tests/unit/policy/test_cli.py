@@ -179,3 +179,26 @@ class TestExplain(CliTest):
         rc, _out, err = self.run_cli('explain', 'nobody')
         self.assertNotEqual(0, rc)
         self.assertIn("no workload named 'nobody'", err)
+
+
+class TestInvalid(CliTest):
+
+    def test_skip_invalid_reports_code_invalid(self):
+        mixed = self.path('mixed.yaml', 'workloads:\n'
+                          '  - {name: good, platform: vm}\n'
+                          '  - {name: bad, gpus: 0, tenancy: friendly}\n'
+                          '  - {gpus: 1}\n')
+        rc, out, _err = self.run_cli('plan', '--workloads', mixed,
+                                     '--skip-invalid', '-f', 'json')
+        self.assertEqual(0, rc)
+        data = json.loads(out)
+        codes = {w['workload']: w['code'] for w in data['workloads']}
+        self.assertEqual({'good': 'placed', 'bad': 'invalid',
+                          'workloads[2]': 'invalid'}, codes)
+        bad = [w for w in data['workloads'] if w['workload'] == 'bad'][0]
+        self.assertIn('gpus', bad['reason'])
+        self.assertIn('tenancy', bad['reason'])
+        self.assertEqual(2, data['summary']['by_code']['invalid'])
+        rc, _out, err = self.run_cli('plan', '--workloads', mixed)
+        self.assertNotEqual(0, rc)
+        self.assertIn('workloads[1]', err)
