@@ -33,6 +33,7 @@ most what packing costs.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import logging
 import math
 from collections.abc import Iterable, Sequence
@@ -180,7 +181,8 @@ class Planner:
         return False, False
 
     def _assign(self, gs: st.GpuState, role: Role, unverified: bool,
-                vf_count: int | None = None) -> None:
+                vf_count: int | None = None,
+                share_mode: str | None = None) -> None:
         if gs.role is None and not gs.fixed:
             self.free.remove(gs)
         gs.role = role
@@ -195,7 +197,7 @@ class Planner:
             gs.vf_free = list(range(gs.vf_count or 0))
             self._vf_update(gs)
         elif role is Role.K8S_SHARED:
-            gs.make_pools(self.strategy)
+            gs.make_pools(self.strategy, share_mode or gs.compute_mode)
             for pool in gs.pools:
                 self._cu_update(pool)
             self.shared_hosts.setdefault(model, {}).setdefault(
@@ -222,7 +224,9 @@ class Planner:
 
     @staticmethod
     def _mem_as_cus(model: GpuModel, mib: int) -> int:
-        return mib * (model.compute_units or 1) // (model.vram_mib or 1)
+        # rounded up: the index is a hint, fits() decides; rounding down
+        # would hide a device a few MiB short of the nominal split
+        return -(-mib * (model.compute_units or 1) // (model.vram_mib or 1))
 
     def _vf_update(self, gs: st.GpuState) -> None:
         key = (gs.model.name, gs.vf_count or 0)
@@ -498,13 +502,27 @@ class Planner:
                 best = pool
         return best
 
+    @staticmethod
+    def _share_mode(gs: st.GpuState, cus: int, mib: int
+                    ) -> tuple[bool, str | None]:
+        """(fits, compute mode) for turning ``gs`` into ``k8s-shared``.
+
+        The current layout if one of its devices fits the slice, else the
+        layout with the most (so the smallest) devices that fit.
+        """
+        layouts = gs.layouts()
+        fitting = [(mode, sizes) for mode, sizes in layouts
+                   if any(c >= cus and m >= mib for c, m in sizes)]
+        if not fitting:
+            return False, None
+        if fitting[0] is layouts[0] or fitting[0][0] == layouts[0][0]:
+            return True, layouts[0][0]
+        best = max(fitting, key=lambda item: len(item[1]))
+        return True, best[0]
+
     def _could_share(self, gs: st.GpuState, cus: int, mib: int) -> bool:
         """Would ``gs``, turned into ``k8s-shared``, fit the slice?"""
-        parts = gs.gpu.partitions
-        if gs.gpu.driver.value == 'amdgpu' and len(parts) > 1:
-            return any(p.compute_units >= cus and p.vram_mib >= mib
-                       for p in parts)
-        return gs.cus >= cus and gs.vram >= mib
+        return self._share_mode(gs, cus, mib)[0]
 
     def _cu(self, w: Workload, option: base.Option) -> list[_Choice]:
         model = option.model
@@ -532,7 +550,7 @@ class Planner:
                     break
         else:
             hosts = self.shared_hosts.get(model.name, {})
-            for hostname in list(hosts)[:MULTI_GPU_SCAN]:
+            for hostname in list(itertools.islice(hosts, MULTI_GPU_SCAN)):
                 shared = hosts[hostname]
                 host = self.hosts[hostname]
                 ready = [g for g in shared if self._pool_for(g, cus, mib)]
@@ -585,12 +603,14 @@ class Planner:
 
     def _commit(self, w: Workload, choice: _Choice) -> tuple[Grant, ...
                                                               ] | None:
-        for gs in choice.convert:
-            ok, unv = self._role_ok(gs, choice.role)
-            self._assign(gs, choice.role, unv, choice.vf_count)
         model = choice.view.model
         cus = w.cus_on(model)
         mib = w.memory_on(model)
+        for gs in choice.convert:
+            ok, unv = self._role_ok(gs, choice.role)
+            mode = (self._share_mode(gs, cus, mib)[1]
+                    if choice.role is Role.K8S_SHARED else None)
+            self._assign(gs, choice.role, unv, choice.vf_count, mode)
         grants: list[Grant] = []
         if choice.kind is Kind.DEDICATED:
             for gs in choice.gpus:
@@ -747,11 +767,14 @@ class Planner:
                         vkey = (gs.model.name, vf)
                         vfs[vkey] = vfs.get(vkey, 0) + (vf or 0)
                     if role is Role.K8S_SHARED:
-                        parts = gs.gpu.partitions
-                        best = ((max(p.compute_units for p in parts),
-                                 max(p.vram_mib for p in parts))
-                                if gs.gpu.driver.value == 'amdgpu'
-                                and len(parts) > 1 else (gs.cus, gs.vram))
+                        if gs.pools:
+                            sizes = [(p.alloc.total, p.mem_total)
+                                     for p in gs.pools]
+                        else:
+                            sizes = [s for _m, layout in gs.layouts()
+                                     for s in layout]
+                        best = (max(c for c, _m in sizes),
+                                max(m for _c, m in sizes))
                         old = pools.get(gs.model.name, (0, 0))
                         pools[gs.model.name] = (max(old[0], best[0]),
                                                 max(old[1], best[1]))

@@ -91,23 +91,57 @@ class GpuState:
         cus, mib = catalog.vf_size(self.model, self.vf_count or 1)
         return cus or 0, mib or 0
 
-    def make_pools(self, strategy: cu_allocator.CuStrategy) -> None:
-        """Shareable devices of this GPU as ``k8s-shared``.
+    def layouts(self) -> list[tuple[str | None, list[tuple[int, int]]]]:
+        """Ways this GPU can be shared: (compute mode, device sizes).
 
-        A partitioned GPU (CPX, QPX, DPX under amdgpu) shares each of its
-        partitions separately: a CU slice never spans two partitions. The
-        partitions are the ones the inventory saw (a DRM-minor shortage
+        The current layout comes first. A partitioned GPU under amdgpu may
+        also switch live to another compute mode valid with its memory
+        (NPS) mode, e.g. CPX to QPX under NPS4 (76 CUs, 48 GB devices); the
+        memory mode itself stays (changing it needs a driver reload across
+        the hive). A GPU that is not under amdgpu now is shared in SPX.
+        The inventory's partitions are used as seen (a DRM-minor shortage
         can hide one).
         """
         parts = self.gpu.partitions
-        if self.gpu.driver is Driver.AMDGPU and len(parts) > 1:
-            self.pools = [Pool(self, p.index, p.compute_units, p.vram_mib,
-                               strategy) for p in parts]
+        if self.gpu.driver is not Driver.AMDGPU or len(parts) <= 1:
+            mode = 'SPX' if self.model.partition_modes else None
+            return [(mode, [(self.cus, self.vram)])]
+        current = self.gpu.compute_partition
+        result: list[tuple[str | None, list[tuple[int, int]]]] = [
+            (current, [(p.compute_units, p.vram_mib) for p in parts])]
+        nps = self.gpu.memory_partition or 'NPS1'
+        for mode in self.model.compute_modes:
+            if mode == current or not self.model.supports(mode, nps):
+                continue
+            count = catalog.partitions_in_mode(self.model, mode)
+            result.append((mode, [(self.cus // count, self.vram // count)]
+                           * count))
+        return result
+
+    def make_pools(self, strategy: cu_allocator.CuStrategy,
+                   mode: str | None = None) -> None:
+        """Shareable devices of this GPU as ``k8s-shared``.
+
+        :param mode: the compute mode to share in (one of
+            :meth:`layouts`); the current layout by default. A CU slice
+            never spans two partitions.
+        """
+        layouts = self.layouts()
+        chosen = layouts[0]
+        for layout in layouts:
+            if mode is not None and layout[0] == mode:
+                chosen = layout
+        if chosen[0] is not None:
+            self.compute_mode = chosen[0]
+            if len(chosen[1]) == 1:
+                self.memory_mode = self.memory_mode or 'NPS1'
+        sizes = chosen[1]
+        if len(sizes) == 1:
+            self.pools = [Pool(self, None, sizes[0][0], sizes[0][1],
+                               strategy)]
         else:
-            if self.model.partition_modes:
-                self.compute_mode = 'SPX'
-                self.memory_mode = 'NPS1'
-            self.pools = [Pool(self, None, self.cus, self.vram, strategy)]
+            self.pools = [Pool(self, i, cus, mem, strategy)
+                          for i, (cus, mem) in enumerate(sizes)]
 
 
 class HostState:

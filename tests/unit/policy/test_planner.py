@@ -86,14 +86,12 @@ class TestPlacements(testtools.TestCase):
         self.assertEqual([], utils.invariants(plan, hosts, pods))
 
     def test_cpx_partitions_bound_a_slice(self):
-        # CPX/NPS4: eight devices of 38 CUs; a 76-CU slice fits none
+        # CPX/NPS4: eight devices of 38 CUs / ~24 GB. A 30-CU slice fits
+        # one as it is.
         hosts = [utils.host('cpx', 'cpx', nps='nps4')]
-        big = Workload('big', Platform.POD, Tenancy.TRUSTED, percent=25,
-                       memory_mib=16 * 1024)
         small = Workload('small', Platform.POD, Tenancy.TRUSTED, cus=30,
                          memory_mib=16 * 1024)
-        plan = utils.plan(hosts, [big, small])
-        self.assertEqual(Kind.DEDICATED, plan.decision('big').kind)
+        plan = utils.plan(hosts, [small])
         d = plan.decision('small')
         self.assertEqual(Kind.CU, d.kind)
         self.assertEqual(0, d.grants[0].partition)
@@ -101,6 +99,29 @@ class TestPlacements(testtools.TestCase):
                   if a.role is Role.K8S_SHARED]
         self.assertEqual(('CPX', 'NPS4'), (shared[0].compute_mode,
                                            shared[0].memory_mode))
+
+    def test_nps4_gpu_switches_to_qpx_for_larger_slices(self):
+        # 76 CUs fit no CPX partition; QPX (valid with NPS4, switched
+        # live) gives four devices of 76 CUs / ~48 GB. SPX needs NPS1,
+        # so 100 CUs get a whole GPU.
+        hosts = [utils.host('cpx', 'cpx', nps='nps4')]
+        big = Workload('big', Platform.POD, Tenancy.TRUSTED, percent=25,
+                       memory_mib=16 * 1024)
+        small = Workload('small', Platform.POD, Tenancy.TRUSTED, cus=30,
+                         memory_mib=16 * 1024)
+        huge = Workload('huge', Platform.POD, Tenancy.TRUSTED, cus=100,
+                        memory_mib=16 * 1024)
+        plan = utils.plan(hosts, [big, small, huge])
+        d = plan.decision('big')
+        self.assertEqual(Kind.CU, d.kind)
+        self.assertEqual(tuple(range(76)), d.grants[0].cus)
+        self.assertEqual(d.gpus, plan.decision('small').gpus)
+        self.assertEqual(Kind.DEDICATED, plan.decision('huge').kind)
+        item = plan.ledger.get('cpx', d.gpus[0])
+        self.assertEqual(('QPX', 'NPS4'), (item.compute_mode,
+                                           item.memory_mode))
+        self.assertEqual([], utils.invariants(plan, hosts,
+                                              [big, small, huge]))
 
     def test_numa_constraint(self):
         hosts = [utils.host('bm', 'spx')]
@@ -267,6 +288,23 @@ class TestIncremental(testtools.TestCase):
         self.assertEqual([], utils.invariants(plan2, self.hosts, everything))
         self.assertEqual(2, plan2.summary()['workloads'])
         self.assertEqual(3, plan2.summary()['existing'])
+
+    def test_switched_compute_mode_survives_the_state_file(self):
+        hosts = [utils.host('cpx', 'cpx', nps='nps4', gpus=1)]
+        first = [Workload('big', Platform.POD, Tenancy.TRUSTED, percent=25,
+                          memory_mib=16 * 1024)]
+        plan1 = utils.plan(hosts, first)
+        text = yamlutil.dump(plan1.state_dict())
+        ledger, existing = av_statefile.load_state(
+            yamlutil.load(text, 'state'), 'state')
+        more = [Workload('next', Platform.POD, Tenancy.TRUSTED, percent=25,
+                         memory_mib=16 * 1024)]
+        plan2 = utils.plan(hosts, more, ledger=ledger, existing=existing)
+        d = plan2.decision('next')
+        self.assertEqual(Kind.CU, d.kind)
+        self.assertEqual(1, d.grants[0].partition)
+        self.assertEqual('QPX', plan2.ledger.assignments[0].compute_mode)
+        self.assertEqual([], utils.invariants(plan2, hosts, first + more))
 
     def test_idle_gpus_of_the_ledger_stay_idle(self):
         ledger, existing = self._state()

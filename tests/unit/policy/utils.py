@@ -114,7 +114,15 @@ def invariants(plan: av_result.Plan, hosts: Sequence[HostInventory],
                     problems.append('%s cu on %s' % (d.workload, role.role))
                     continue
                 pkey = (d.host, g.address, g.partition)
-                if g.partition is not None:
+                if g.partition is not None and (
+                        role.compute_mode != gpu.compute_partition):
+                    count = catalog.partitions_in_mode(gpu.model,
+                                                       role.compute_mode)
+                    catalog.check_modes(gpu.model, role.compute_mode,
+                                        gpu.memory_partition)
+                    size = gpu.compute_units // count
+                    vram = gpu.vram_mib // count
+                elif g.partition is not None:
                     part = gpu.partitions[g.partition]
                     size, vram = part.compute_units, part.vram_mib
                 else:
