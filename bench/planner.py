@@ -110,12 +110,14 @@ def main(argv: list[str] | None = None) -> int:
     fleet = make_fleet(args.hosts, args.gpus, args.seed)
     workloads = make_workloads(args.workloads, args.seed + 1)
     t1 = time.perf_counter()
+    c1 = time.process_time()
     plan = planner.plan(conf, fleet, workloads)
     t2 = time.perf_counter()
+    c2 = time.process_time()
     s = plan.summary()
     print('fleet: %d hosts, %d GPUs; %d workloads (built in %.2f s)'
           % (args.hosts, s['gpus'], len(workloads), t1 - t0))
-    print('plan time: %.2f s' % (t2 - t1))
+    print('plan time: %.2f s wall, %.2f s CPU' % (t2 - t1, c2 - c1))
     print('placed: %d of %d (%s); unschedulable %d, never %d'
           % (s['placed'], s['workloads'], ', '.join(
               '%s %d' % i for i in s['placed_by_kind'].items()),

@@ -465,6 +465,8 @@ class Planner:
                         unv, self._view(Kind.VF, model, host, picked, unit,
                                         len(set(picked)), unv), count))
                     break
+        if n == 1 and result:
+            return result  # an in-role GPU outscores converting another
         needed = math.ceil(n / count)
         new = self._new_gpus(w, Kind.VF, Role.NOVA_VF, model, needed,
                              lambda g: self._vf_count_on(g) == count)
@@ -574,6 +576,8 @@ class Planner:
                     unv, self._view(Kind.CU, model, host, gpus, unit,
                                     n - len(convert), unv)))
                 break
+        if n == 1 and result:
+            return result  # an in-role GPU outscores converting another
         new = self._new_gpus(w, Kind.CU, Role.K8S_SHARED, model, n,
                              lambda g: self._could_share(g, cus, mib))
         if new is not None:

@@ -54,7 +54,7 @@ class GpuState:
     __slots__ = ('host', 'gpu', 'model', 'address', 'order', 'role',
                  'fixed', 'vf_count', 'vf_free', 'vf_owners', 'pools',
                  'slices', 'owner', 'unverified', 'compute_mode',
-                 'memory_mode')
+                 'memory_mode', '_layouts')
 
     def __init__(self, host: HostState, gpu: Gpu, order: int) -> None:
         self.host = host
@@ -74,6 +74,7 @@ class GpuState:
         self.unverified = False
         self.compute_mode = gpu.compute_partition
         self.memory_mode = gpu.memory_partition
+        self._layouts: list[tuple[str | None, list[tuple[int, int]]]] = []
 
     @property
     def native_family(self) -> str | None:
@@ -102,6 +103,12 @@ class GpuState:
         The inventory's partitions are used as seen (a DRM-minor shortage
         can hide one).
         """
+        if not self._layouts:
+            self._layouts = self._make_layouts()
+        return self._layouts
+
+    def _make_layouts(self) -> list[tuple[str | None,
+                                          list[tuple[int, int]]]]:
         parts = self.gpu.partitions
         if self.gpu.driver is not Driver.AMDGPU or len(parts) <= 1:
             mode = 'SPX' if self.model.partition_modes else None
