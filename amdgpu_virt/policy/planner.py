@@ -679,6 +679,7 @@ class Planner:
             best = ranked[0]
             choice = choices[[c.view for c in choices].index(
                 best.candidate)]
+            free = self._free_text(w, choice)
             grants = self._commit(w, choice)
             for scored in ranked:
                 trail.append(Verdict(
@@ -697,6 +698,8 @@ class Planner:
                     '%s %s' % (g.address, g.describe()) for g in grants))
             if choice.unverified:
                 reason += ' (%s: mixed host drivers)' % UNVERIFIED
+            trail.append(Verdict('capacity', choice.kind, True, free,
+                                 choice.view.model.name))
             trail.append(Verdict('planner', choice.kind, True,
                                  'placed ' + reason,
                                  choice.view.model.name))
@@ -715,6 +718,34 @@ class Planner:
             w.name, Code.UNSCHEDULABLE, 'allowed %s, but nothing is free '
             'now: %s' % ('/'.join(k.value for k in judgement.kinds()),
                          capacity[0].message), trail=tuple(trail))
+
+    def _free_text(self, w: Workload, choice: _Choice) -> str:
+        """What was free where the workload goes, before it went there."""
+        model = choice.view.model
+        parts = []
+        seen: set[int] = set()
+        for gs, pool in zip(choice.gpus, choice.pools, strict=True):
+            if id(gs) in seen:
+                continue
+            seen.add(id(gs))
+            if gs in choice.convert:
+                parts.append('%s: unassigned, becomes %s' % (
+                    gs.address, choice.role.value))
+            elif choice.kind is Kind.VF:
+                parts.append('%s: %d of %d VFs free' % (
+                    gs.address, len(gs.vf_free), gs.vf_count or 0))
+            elif choice.kind is Kind.CU and pool is not None:
+                parts.append('%s%s: %d of %d CUs and %d of %d MiB free' % (
+                    gs.address, '' if pool.partition is None
+                    else ' part %d' % pool.partition,
+                    pool.alloc.free_count, pool.alloc.total, pool.mem_free,
+                    pool.mem_total))
+            else:
+                parts.append('%s: free %s GPU' % (gs.address,
+                                                  choice.role.value))
+        return 'requested %d x (%d CUs, %d MiB) on %s; %s' % (
+            w.gpus, w.cus_on(model), w.memory_on(model), choice.host.name,
+            '; '.join(parts))
 
     def plan(self, workloads: Sequence[Workload],
              invalid: Sequence[tuple[str, exception.WorkloadSpecError]] = ()
