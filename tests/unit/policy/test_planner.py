@@ -214,6 +214,19 @@ class TestDriverFamilies(testtools.TestCase):
         self.assertFalse(plan.decision('p').unverified)
         self.assertTrue(any(g.unverified for g in plan.gpus))
 
+    def test_a_host_found_mixed_keeps_each_gpu_in_its_family(self):
+        hosts = [utils.host('mix', gpu_modes=['gim-cpx', 'spx'], gpus=2)]
+        vm = Workload('vm', Platform.VM, memory_mib=8192, cus=19)
+        pod = Workload('p', Platform.POD, Tenancy.TRUSTED, percent=10,
+                       memory_mib=8192)
+        plan = utils.plan(hosts, [vm, pod])
+        self.assertEqual([Role.NOVA_VF, Role.K8S_SHARED],
+                         roles_of(plan, 'mix'))
+        self.assertTrue(plan.decision('vm').unverified)
+        self.assertTrue(plan.decision('p').unverified)
+        self.assertIn('unverified on real hardware',
+                      plan.decision('p').reason)
+
     def test_model_without_sriov_is_never_nova_vf(self):
         hosts = [utils.host('apu', 'spx', model='MI300A', gpus=4)]
         vm = Workload('vm', Platform.VM, memory_mib=8192, cus=19)

@@ -138,9 +138,6 @@ def invariants(plan: av_result.Plan, hosts: Sequence[HostInventory],
                 if mem[pkey] > vram:
                     problems.append('memory over-committed on %s' % (pkey,))
     for key, item in roles.items():
-        family = {Role.NOVA_VF: 'gim', Role.K8S_SHARED: 'amdgpu',
-                  Role.K8S_DEDICATED: 'amdgpu'}.get(item.role)
         if item.role is Role.NOVA_VF and gpus[key].model.vf_device_id is None:
             problems.append('%s without SR-IOV is nova-vf' % (key,))
-        del family
     return problems
