@@ -47,14 +47,27 @@ class Label:
     bold: bool = False
 
 
-def colour(owner: str) -> str:
-    """A stable colour for ``owner``."""
+def colour(owner: str, index: int | None = None) -> str:
+    """A colour for ``owner``: the ``index``-th of a golden-ratio hue
+    sequence (distinct neighbours), or one derived from the name."""
     digest = hashlib.sha256(owner.encode()).digest()
-    hue = digest[0] / 255.0
-    sat = 0.45 + digest[1] / 255.0 * 0.35
-    light = 0.55 + digest[2] / 255.0 * 0.15
+    if index is None:
+        hue = digest[0] / 255.0
+    else:
+        hue = (index * 0.618033988749895) % 1.0
+    sat = 0.45 + digest[1] / 255.0 * 0.3
+    light = 0.55 + (index or digest[2]) % 3 * 0.07
     r, g, b = colorsys.hls_to_rgb(hue, light, sat)
     return '#%02x%02x%02x' % (int(r * 255), int(g * 255), int(b * 255))
+
+
+def _palette(gpus: Sequence[GpuReport]) -> dict[str, str]:
+    owners: list[str] = []
+    for gpu in gpus:
+        for owner in gpu.used_by:
+            if owner not in owners:
+                owners.append(owner)
+    return {owner: colour(owner, i) for i, owner in enumerate(owners)}
 
 
 def layout(gpus: Sequence[GpuReport], title: str = 'GPU plan'
@@ -63,6 +76,17 @@ def layout(gpus: Sequence[GpuReport], title: str = 'GPU plan'
     boxes: list[Box] = []
     labels: list[Label] = [Label(LEFT, 24, title, 15, True)]
     owners: list[str] = []
+    palette = _palette(gpus)
+
+    def fill(owner: str | None) -> str:
+        return palette.get(owner, colour(owner)) if owner else FREE
+
+    def name_in(x: float, width: float, y: float, owner: str) -> None:
+        if width >= 8 * min(len(owner), 4) + 8:
+            room = int((width - 8) // 6.5)
+            text = owner if len(owner) <= room else owner[:max(1, room - 1)] \
+                + '~'
+            labels.append(Label(x + 4, y + 12, text, 9))
     y = float(TOP)
     for gpu in gpus:
         labels.append(Label(LEFT, y + 15, '%s %s %s %s' % (
@@ -72,16 +96,18 @@ def layout(gpus: Sequence[GpuReport], title: str = 'GPU plan'
             boxes.append(Box(BAR_X, y, BAR_W, h, IDLE, 'idle'))
         elif gpu.role in (Role.NOVA_DEDICATED, Role.K8S_DEDICATED):
             owner = gpu.used_by[0] if gpu.used_by else None
-            boxes.append(Box(BAR_X, y, BAR_W, h,
-                             colour(owner) if owner else FREE,
+            boxes.append(Box(BAR_X, y, BAR_W, h, fill(owner),
                              '%s: %s' % (gpu.role.value, owner or 'free')))
+            if owner:
+                name_in(BAR_X, BAR_W, y, owner)
         elif gpu.role is Role.NOVA_VF:
             count = len(gpu.vf_owners) or 1
             width = BAR_W / count
             for i, owner in enumerate(gpu.vf_owners):
-                boxes.append(Box(BAR_X + i * width, y, width, h,
-                                 colour(owner) if owner else FREE,
+                boxes.append(Box(BAR_X + i * width, y, width, h, fill(owner),
                                  'VF %d: %s' % (i, owner or 'free')))
+                if owner:
+                    name_in(BAR_X + i * width, width, y, owner)
         else:
             total = sum(size for _p, size in gpu.partitions) or 1
             offsets: dict[int | None, tuple[float, float]] = {}
@@ -95,8 +121,9 @@ def layout(gpus: Sequence[GpuReport], title: str = 'GPU plan'
                 x += width
             for owner, part, start, length in gpu.cu_owners:
                 base, per_cu = offsets[part]
+                name_in(base + start * per_cu, length * per_cu, y, owner)
                 boxes.append(Box(base + start * per_cu, y, length * per_cu,
-                                 h, colour(owner), '%s: CUs %d-%d%s' % (
+                                 h, fill(owner), '%s: CUs %d-%d%s' % (
                                      owner, start, start + length - 1,
                                      '' if part is None
                                      else ' of partition %d' % part)))
@@ -111,7 +138,7 @@ def layout(gpus: Sequence[GpuReport], title: str = 'GPU plan'
         col, row = i % 4, i // 4
         bx = LEFT + col * 230
         by = y + row * 18
-        boxes.append(Box(bx, by, 12, 12, colour(owner), owner))
+        boxes.append(Box(bx, by, 12, 12, fill(owner), owner))
         labels.append(Label(bx + 18, by + 11, owner))
     height = y + (len(owners) + 3) // 4 * 18 + 20
     return boxes, labels, BAR_X + BAR_W + 20.0, height
