@@ -987,7 +987,9 @@ class Planner:
         No plan places more workloads than the most of these smallest
         footprints that fit in the fleet's free GPUs, nor more priority
         than the fractional knapsack of them; per kind likewise, within
-        the GPUs that kind may use.
+        the GPUs that kind may use. Workloads that may only use the GPUs
+        a pod may use (amdgpu hosts, and hosts without a driver family)
+        must also fit in those GPUs; the bound is the smaller of the two.
         """
         rooms: dict[tuple[str, str], float] = {}
         for gs in self.gpus:
@@ -1001,23 +1003,29 @@ class Planner:
                     grant.compute_units / (gs.cus or 1),
                     grant.memory_mib / (gs.vram or 1)))
         feet: list[tuple[float, int]] = []
+        restricted: list[bool] = []
         kind_feet: dict[Kind, list[float]] = {k: [] for k in Kind}
         kind_rooms: dict[Kind, float] = dict.fromkeys(Kind, 0.0)
         counted: set[tuple[Kind, tuple[str, str]]] = set()
-        cache: dict[Any, tuple[float, dict[Kind, float]]] = {}
+        pod = Workload('pod', Platform.POD)
+        pod_keys = {key for key in rooms
+                    if self._class_ok(Kind.CU, pod, key[1])}
+        cache: dict[Any, tuple[float, dict[Kind, float], bool]] = {}
         for w in workloads:
             shape = w.shape()
             if shape in cache:
-                best, per_kind = cache[shape]
+                best, per_kind, inner = cache[shape]
                 if best < math.inf:
                     feet.append((best, w.priority))
+                    restricted.append(inner)
                     for kind, foot in per_kind.items():
                         kind_feet[kind].append(foot)
                 continue
             judgement = self.engine.judge(w, self.options)
             best = math.inf
             per_kind = {}
-            cache[shape] = (best, per_kind)
+            used: set[tuple[str, str]] = set()
+            cache[shape] = (best, per_kind, False)
             if not judgement.allowed or self._never_reasons(
                     w, judgement)[0]:
                 continue
@@ -1035,26 +1043,28 @@ class Planner:
                     if (option.kind, key) not in counted:
                         counted.add((option.kind, key))
                         kind_rooms[option.kind] += room
+                    used.add(key)
                     best = min(best, foot)
                     per_kind[option.kind] = min(
                         per_kind.get(option.kind, math.inf), foot)
-            cache[shape] = (best, per_kind)
+            inner = bool(used) and used <= pod_keys != set(rooms)
+            cache[shape] = (best, per_kind, inner)
             if best < math.inf:
                 feet.append((best, w.priority))
+                restricted.append(inner)
                 for kind, foot in per_kind.items():
                     kind_feet[kind].append(foot)
         total = sum(max(0.0, r) for r in rooms.values())
-        placed = _smallest_first(sorted(f for f, _p in feet), total)
-        priority = 0.0
-        room = total
-        for foot, prio in sorted(
-                (i for i in feet if i[1] > 0),
-                key=lambda i: -i[1] / max(i[0], 1e-9)):
-            if room <= 0:
-                break
-            take = min(1.0, room / foot) if foot > 0 else 1.0
-            priority += prio * take
-            room -= foot * take
+        pod_room = sum(max(0.0, rooms[k]) for k in pod_keys)
+        inside = [f for f, r in zip(feet, restricted, strict=True) if r]
+        outside = [f for f, r in zip(feet, restricted, strict=True) if not r]
+        placed = min(
+            _smallest_first(sorted(f for f, _p in feet), total),
+            _smallest_first(sorted(f for f, _p in inside), pod_room)
+            + _smallest_first(sorted(f for f, _p in outside), total))
+        priority = min(
+            _knapsack(feet, total),
+            _knapsack(inside, pod_room) + _knapsack(outside, total))
         by_kind = {k.value: _smallest_first(sorted(kind_feet[k]),
                                             kind_rooms[k]) for k in Kind}
         return Bound(placed, int(priority), by_kind, len(feet),
@@ -1065,6 +1075,19 @@ class Planner:
             return True
         family = st.GIM if kind is Kind.VF else st.AMDGPU
         return self.allow_mixed or family_key in (family, 'none', 'mixed')
+
+
+def _knapsack(items: Sequence[tuple[float, int]], room: float) -> float:
+    """Fractional knapsack of (footprint, priority) items in ``room``."""
+    total = 0.0
+    for foot, prio in sorted((i for i in items if i[1] > 0),
+                             key=lambda i: -i[1] / max(i[0], 1e-9)):
+        if room <= 0:
+            break
+        take = min(1.0, room / foot) if foot > 0 else 1.0
+        total += prio * take
+        room -= foot * take
+    return total
 
 
 def _smallest_first(feet: Sequence[float], room: float) -> int:

@@ -398,3 +398,15 @@ class TestBound(testtools.TestCase):
         self.assertEqual(8, plan.summary()['placed'])
         self.assertEqual(8, plan.bound.by_kind['vf'])
         self.assertEqual(1, plan.bound.by_kind['dedicated'])
+
+    def test_pods_are_bounded_by_the_gpus_pods_may_use(self):
+        hosts = [utils.host('gim', 'gim-cpx'), utils.host('bm', 'spx',
+                                                          gpus=1)]
+        pods = [Workload('p%d' % i, Platform.POD, priority=1)
+                for i in range(4)]
+        vms = [Workload('vm', Platform.VM, priority=1)]
+        plan = utils.plan(hosts, pods + vms)
+        # 9 GPUs would hold all five, but pods may use only bm's one GPU
+        self.assertEqual(2, plan.bound.placed)
+        self.assertEqual(2, plan.bound.priority)
+        self.assertEqual(2, plan.summary()['placed'])
