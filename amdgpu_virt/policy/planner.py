@@ -664,6 +664,8 @@ class Planner:
 
     def place(self, w: Workload) -> Decision:
         """Decide and commit one workload."""
+        if not self.gpus:
+            return Decision(w.name, Code.NEVER, 'the fleet has no GPUs')
         judgement = self.engine.judge(w, self.options)
         trail = list(judgement.trail)
         if not judgement.allowed:

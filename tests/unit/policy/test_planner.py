@@ -173,6 +173,12 @@ class TestCodes(testtools.TestCase):
         self.assertEqual(Code.NEVER, d.code)
         self.assertIn('no kind is allowed', d.reason)
 
+    def test_empty_fleet(self):
+        plan = utils.plan([], [Workload('a')])
+        self.assertEqual(Code.NEVER, plan.decision('a').code)
+        self.assertIn('no GPUs', plan.decision('a').reason)
+        self.assertEqual(0, plan.summary()['gpus'])
+
     def test_duplicate_names(self):
         hosts = [utils.host('bm', 'spx')]
         self.assertRaises(exception.PlanError, utils.plan, hosts,
