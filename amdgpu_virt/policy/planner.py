@@ -259,6 +259,12 @@ class Planner:
                 raise exception.PlanError(
                     source=where, reason='model %s, but the inventory has a '
                     '%s there' % (item.model, gs.model.name))
+            if item.role is Role.NOVA_VF:
+                try:
+                    catalog.check_vf_count(gs.model, item.vf_count or 0)
+                except exception.InvalidPartitionMode as err:
+                    raise exception.PlanError(source=where,
+                                              reason=str(err)) from None
             ok, unverified = self._role_ok(gs, item.role)
             if not ok:
                 raise exception.PlanError(

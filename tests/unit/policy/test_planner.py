@@ -358,6 +358,16 @@ class TestIncremental(testtools.TestCase):
                                 utils.conf(), self.hosts, bad)
         self.assertIn('allow_mixed_host_drivers', str(err))
 
+    def test_ledger_vf_count_is_checked(self):
+        from amdgpu_virt.model import PciAddress
+        bad = av_ledger.build([av_ledger.GpuAssignment(
+            'gim', PciAddress.parse('0000:05:00.0'), Role.NOVA_VF, 'MI300X',
+            vf_count=4)])
+        err = self.assertRaises(exception.PlanError, av_planner.Planner,
+                                utils.conf(), self.hosts, bad)
+        self.assertIn('VF count 4', str(err))
+        self.assertIn('allowed: 1, 8', str(err))
+
     def test_ledger_for_an_unknown_gpu_is_refused(self):
         bad = av_ledger.from_dict({'hosts': {'nowhere': {'gpus': [
             {'address': '0000:05:00.0', 'model': 'MI300X',
