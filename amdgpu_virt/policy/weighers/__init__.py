@@ -1,0 +1,2 @@
+"""Policy weighers: which candidate placement is best (namespace
+``amdgpu_virt.policy.weighers``)."""

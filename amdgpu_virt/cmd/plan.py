@@ -1,0 +1,270 @@
+"""``amdgpu-virt plan`` and ``amdgpu-virt explain``.
+
+With no arguments, ``plan`` plans the embedded sample fleet against the
+embedded sample workload mix, so the policy can be seen without any setup.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+from collections.abc import Sequence
+from typing import Any
+
+from cliff import command
+
+from amdgpu_virt import data
+from amdgpu_virt import exception
+from amdgpu_virt import yamlutil
+from amdgpu_virt.inventory import fleet as av_fleet
+from amdgpu_virt.policy import chart as av_chart
+from amdgpu_virt.policy import planner as av_planner
+from amdgpu_virt.policy import result as av_result
+from amdgpu_virt.policy import statefile as av_statefile
+from amdgpu_virt.policy import workload as av_workload
+from amdgpu_virt.policy.decision import Decision
+
+LOG = logging.getLogger(__name__)
+SAMPLE_WORKLOADS = 'sample_workloads.yaml'
+FORMATS = ('table', 'json', 'yaml')
+
+
+def _add_inputs(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        '--fleet', metavar='FILE',
+        help='fleet file (simulated host specs); default: the embedded '
+             'sample fleet')
+    parser.add_argument(
+        '--workloads', metavar='FILE',
+        help='workload list file; default: the embedded sample mix')
+    parser.add_argument(
+        '--ledger', metavar='FILE',
+        help='state file of an earlier plan (GPU roles and running '
+             'placements, as written by --output-ledger): plan only the '
+             'new workloads, moving nothing that runs')
+
+
+def make_plan(conf: Any, args: argparse.Namespace) -> av_result.Plan:
+    """Load the inputs named in ``args`` and plan.
+
+    :raises AmdgpuVirtError: an input is invalid (naming it).
+    """
+    hosts = av_fleet.load_fleet(args.fleet)
+    path = args.workloads or data.path(SAMPLE_WORKLOADS)
+    invalid: list[Any] = []
+    if getattr(args, 'skip_invalid', False):
+        workloads, invalid = av_workload.load_workloads_lenient(path)
+        for name, err in invalid:
+            LOG.warning('skipping invalid workload %s: %s', name, err)
+    else:
+        workloads = av_workload.load_workloads(path)
+    ledger = None
+    existing: list[Decision] = []
+    if args.ledger:
+        ledger, existing = av_statefile.load_state(
+            yamlutil.load_file(args.ledger), args.ledger)
+    if args.ledger:
+        running = {d.workload for d in existing}
+        workloads = [w for w in workloads if w.name not in running]
+    return av_planner.plan(conf, hosts, workloads, ledger, existing,
+                           invalid)
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """A plain text table with left-aligned columns."""
+    cells = [[str(c) for c in headers]] + [
+        ['' if c is None else str(c) for c in row] for row in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    lines = []
+    for n, row in enumerate(cells):
+        padded = (c.ljust(w) for c, w in zip(row, widths, strict=True))
+        lines.append('  '.join(padded).rstrip())
+        if n == 0:
+            lines.append('  '.join('-' * w for w in widths))
+    return '\n'.join(lines)
+
+
+def _grants(decision: Decision) -> str:
+    parts = [g.describe() for g in decision.grants]
+    if not parts:
+        return '-'
+    if all(g.vf_index is not None for g in decision.grants):
+        return 'VF ' + ','.join(str(g.vf_index) for g in decision.grants)
+    if len(set(parts)) == 1:
+        return parts[0] if len(parts) == 1 else '%s x%d' % (parts[0],
+                                                           len(parts))
+    return '; '.join(parts)
+
+
+def _addresses(decision: Decision) -> str:
+    gpus = decision.gpus
+    if not gpus:
+        return '-'
+    if len(gpus) == 1:
+        return gpus[0]
+    return '%s +%d' % (gpus[0], len(gpus) - 1)
+
+
+def _short(text: str, width: int = 60) -> str:
+    return text if len(text) <= width else text[:width - 3] + '...'
+
+
+def render_table(plan: av_result.Plan) -> str:
+    gpu_rows = [(g.host, g.address, g.model, g.role.value
+                 + (' *' if g.unverified else ''), g.mode,
+                 ', '.join(g.used_by) or '-') for g in plan.gpus]
+    work_rows = [(d.workload, d.kind.value if d.kind else '-',
+                  d.host or '-', _addresses(d), _grants(d),
+                  d.code.value + (' (kept)' if d.existing else ''),
+                  _short(d.reason)) for d in plan.decisions]
+    s = plan.summary()
+    kinds = ', '.join('%s %d' % i for i in s['placed_by_kind'].items())
+    codes = s['by_code']
+    bound = s['bound']
+    lines = [
+        'GPUs', table(('HOST', 'ADDRESS', 'MODEL', 'ROLE', 'MODE',
+                       'USED BY'), gpu_rows), '',
+        'Workloads', table(('NAME', 'KIND', 'HOST', 'GPUS', 'VF/CU',
+                            'CODE', 'REASON'), work_rows), '',
+        'Summary',
+        '  placed: %d of %d workloads (%s); %d unschedulable now, %d never '
+        'fit, %d invalid' % (s['placed'], s['workloads'], kinds,
+                             codes['unschedulable-now'],
+                             codes['never-fits'], codes['invalid']),
+        '  GPUs: %d, %d with a role (%s), %d idle' % (
+            s['gpus'], s['gpus_with_role'], ', '.join(
+                '%s %d' % (r, n) for r, n in s['roles'].items()
+                if n and r != 'idle'), s['roles']['idle']),
+        '  utilisation: %.0f%% of the fleet, %.0f%% of the GPUs with a '
+        'role' % (100 * s['utilisation'], 100 * s['utilisation_of_used']),
+        '  stranded: %.2f GPU-equivalents in GPUs with a role that no '
+        'workload asked for' % s['stranded_gpus'],
+        '  capacity bound (by capacity alone): %d workloads, priority %d; '
+        'the plan reaches %.0f%% of it (%d short), priority %.0f%%' % (
+            bound['placed'], bound['priority'], 100 * s['placed_of_bound'],
+            s['distance_to_bound'], 100 * s['priority_of_bound']),
+        '  bound per kind alone: dedicated %d, vf %d, cu %d' % (
+            bound['by_kind']['dedicated'], bound['by_kind']['vf'],
+            bound['by_kind']['cu']),
+    ]
+    if s['existing']:
+        lines.append('  kept: %d running placements' % s['existing'])
+    if s['unverified'] or any(g.unverified for g in plan.gpus):
+        lines.append('  * unverified on real hardware: GIM and amdgpu GPUs '
+                     'mixed on one host ([policy] allow_mixed_host_drivers)')
+    return '\n'.join(lines) + '\n'
+
+
+def plan_dict(plan: av_result.Plan) -> dict[str, Any]:
+    return {'gpus': [g.to_dict() for g in plan.gpus],
+            'workloads': [d.to_dict(trail=False) for d in plan.decisions],
+            'summary': plan.summary(),
+            'ledger': plan.ledger.to_dict()}
+
+
+def write_if_changed(path: str, text: str) -> bool:
+    """Write ``text`` to ``path`` unless it already holds exactly that."""
+    try:
+        with open(path, encoding='utf-8') as handle:
+            if handle.read() == text:
+                return False
+    except OSError:
+        pass
+    try:
+        with open(path, 'w', encoding='utf-8') as handle:
+            handle.write(text)
+    except OSError as err:
+        raise exception.AmdgpuVirtError('cannot write %s: %s' % (
+            path, err.strerror)) from None
+    return True
+
+
+def write_chart(plan: av_result.Plan, path: str) -> None:
+    """SVG or PNG, by the file name's extension.
+
+    :raises AmdgpuVirtError: another extension, or PNG without matplotlib.
+    """
+    ext = os.path.splitext(path)[1].lower()
+    if ext == '.svg':
+        write_if_changed(path, av_chart.svg(plan.gpus))
+    elif ext == '.png':
+        av_chart.png(plan.gpus, path)
+    else:
+        raise exception.AmdgpuVirtError(
+            '--chart %s: the file name must end in .svg or .png' % path)
+
+
+class Plan(command.Command):
+    """Plan GPU roles and workload placements for a fleet.
+
+    Without arguments, plans the embedded sample fleet against the
+    embedded sample workloads. Exits 0 when a plan was made, even if some
+    workloads do not fit (they are reported with the reason).
+    """
+
+    def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
+        parser = super().get_parser(prog_name)
+        _add_inputs(parser)
+        parser.add_argument('--skip-invalid', action='store_true',
+                            help='report invalid workload entries with code '
+                                 '"invalid" and plan the others, instead of '
+                                 'stopping at the first')
+        parser.add_argument('-f', '--format', choices=FORMATS,
+                            default='table', help='output format')
+        parser.add_argument('--output-ledger', metavar='FILE',
+                            help='write the GPU roles and placements (YAML) '
+                                 'for --ledger or the Nova/Kubernetes '
+                                 'drivers')
+        parser.add_argument('--chart', metavar='FILE',
+                            help='draw every GPU by owner (.svg, or .png '
+                                 'with matplotlib)')
+        return parser
+
+    def take_action(self, parsed_args: argparse.Namespace) -> int:
+        plan = make_plan(self.app.get_conf(),  # type: ignore[attr-defined]
+                         parsed_args)
+        out = self.app.stdout
+        if parsed_args.format == 'json':
+            out.write(json.dumps(plan_dict(plan), indent=2) + '\n')
+        elif parsed_args.format == 'yaml':
+            out.write(yamlutil.dump(plan_dict(plan)))
+        else:
+            out.write(render_table(plan))
+        if parsed_args.output_ledger:
+            write_if_changed(parsed_args.output_ledger,
+                             yamlutil.dump(plan.state_dict()))
+        if parsed_args.chart:
+            write_chart(plan, parsed_args.chart)
+        return 0
+
+
+class Explain(command.Command):
+    """Explain the decision about one workload: every rule's verdict."""
+
+    def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
+        parser = super().get_parser(prog_name)
+        parser.add_argument('workload', help='name of the workload')
+        _add_inputs(parser)
+        return parser
+
+    def take_action(self, parsed_args: argparse.Namespace) -> int:
+        plan = make_plan(self.app.get_conf(),  # type: ignore[attr-defined]
+                         parsed_args)
+        decision = plan.decision(parsed_args.workload)
+        out = self.app.stdout
+        out.write('%s: %s\n' % (decision.workload, decision.code.value))
+        if decision.placed:
+            out.write('  %s on %s: %s\n' % (
+                decision.kind.value if decision.kind else '-',
+                decision.host, ', '.join('%s %s' % (g.address, g.describe())
+                                         for g in decision.grants)))
+        out.write('  reason: %s\n' % decision.reason)
+        if decision.unverified:
+            out.write('  note: unverified on real hardware (mixed host '
+                      'drivers)\n')
+        out.write('trail:\n')
+        for verdict in decision.trail:
+            out.write('  %s\n' % verdict)
+        return 0

@@ -1,0 +1,126 @@
+"""The contracts of policy filters and weighers.
+
+Filters (stevedore namespace ``amdgpu_virt.policy.filters``) say whether a
+kind of GPU use (dedicated, VF, CU slice) is allowed for a workload on a GPU
+model, and why, with numbers. Weighers (namespace
+``amdgpu_virt.policy.weighers``) score a concrete candidate placement in
+[0, 1]; the engine multiplies each score by the weigher's configured
+multiplier and adds them up.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+
+from oslo_config import cfg
+
+from amdgpu_virt.model import Gpu
+from amdgpu_virt.model import GpuModel
+from amdgpu_virt.model import Kind
+from amdgpu_virt.policy.decision import Verdict
+from amdgpu_virt.policy.workload import Workload
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Option:
+    """A kind on a model, as the filters judge it.
+
+    :param vf_count: VFs per GPU the planner would use on this model (None
+        when the model has no SR-IOV).
+
+    Options compare by identity (cheap to hash as cache keys); the planner
+    makes each once.
+    """
+
+    kind: Kind
+    model: GpuModel
+    vf_count: int | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Candidate:
+    """A concrete placement the weighers score.
+
+    :param unit_cus: CUs of the unit granted per GPU (a VF's CUs, the
+        GPU's CUs for dedicated, the requested CUs for a slice).
+    :param unit_mib: memory of the granted unit per GPU, likewise.
+    :param in_role: how many of the GPUs already play the role the kind
+        needs (the rest would be converted from unassigned).
+    """
+
+    kind: Kind
+    model: GpuModel
+    host: str
+    addresses: tuple[str, ...]
+    numa_nodes: tuple[int | None, ...]
+    unit_cus: int
+    unit_mib: int
+    in_role: int
+    unverified: bool = False
+
+
+class PolicyFilter(abc.ABC):
+    """Allows or excludes a kind for a workload.
+
+    :param conf: the configuration; read options here, at construction.
+    """
+
+    #: entry point name
+    name = ''
+
+    def __init__(self, conf: cfg.ConfigOpts) -> None:
+        self.conf = conf
+
+    @abc.abstractmethod
+    def check(self, workload: Workload, option: Option) -> Verdict:
+        """Judge ``option`` for ``workload``.
+
+        :param workload: a valid workload.
+        :param option: the kind and model judged.
+        :returns: a verdict (``passed`` False excludes the kind on that
+            model) whose message gives the numbers behind it.
+        :raises: nothing; a rule that cannot judge passes with a message.
+        """
+
+    def gpu_refusal(self, workload: Workload, kind: Kind,
+                    gpu: Gpu) -> str | None:
+        """Why ``gpu`` cannot serve ``workload`` as ``kind``, if it cannot.
+
+        :returns: None when the GPU is acceptable (the default), else a
+            sentence naming the GPU.
+        """
+        return None
+
+    def _verdict(self, option: Option, passed: bool, message: str,
+                 per_model: bool = False) -> Verdict:
+        return Verdict(rule=self.name, kind=option.kind, passed=passed,
+                       message=message,
+                       model=option.model.name if per_model else None)
+
+
+class PolicyWeigher(abc.ABC):
+    """Scores candidates; a higher score is better.
+
+    :param conf: the configuration; read options here, at construction.
+    """
+
+    #: entry point name
+    name = ''
+    #: ``[policy]`` option holding this weigher's multiplier
+    multiplier_option = ''
+
+    def __init__(self, conf: cfg.ConfigOpts) -> None:
+        self.conf = conf
+        self.multiplier = float(getattr(conf.policy, self.multiplier_option))
+
+    @abc.abstractmethod
+    def weigh(self, workload: Workload, candidate: Candidate) -> float:
+        """The raw score of ``candidate``.
+
+        :returns: a score in [0, 1] (values outside are clamped).
+        """
+
+    def score(self, workload: Workload, candidate: Candidate) -> float:
+        """The normalised score (clamped to [0, 1])."""
+        return min(1.0, max(0.0, float(self.weigh(workload, candidate))))

@@ -1,0 +1,181 @@
+"""Decisions: where a workload goes, or why it does not, with the trail.
+
+"Doesn't fit" is a result: a :class:`Decision` always comes back, with a
+:class:`Code` and every rule's :class:`Verdict` in readable sentences that
+carry the numbers (requested, free, capacity).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from typing import Any
+
+from amdgpu_virt.model import Kind
+
+UNVERIFIED = 'unverified on real hardware'
+
+
+class Code(str, enum.Enum):
+    PLACED = 'placed'
+    #: some kind is allowed on some GPU of the fleet, but none is free now
+    UNSCHEDULABLE = 'unschedulable-now'
+    #: no kind is allowed on any GPU of the fleet, whatever is free
+    NEVER = 'never-fits'
+    #: the specification itself is wrong
+    INVALID = 'invalid'
+
+
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+    """One rule's answer for one kind (and model, when it matters).
+
+    :param rule: the filter, weigher or planner step that spoke.
+    :param passed: False when the rule excludes the kind.
+    :param message: a sentence with the numbers behind the answer.
+    """
+
+    rule: str
+    kind: Kind | None
+    passed: bool
+    message: str
+    model: str | None = None
+
+    def __str__(self) -> str:
+        where = ' '.join(x for x in (
+            self.kind.value if self.kind else '', self.model or '') if x)
+        return '[%s%s] %s: %s' % (
+            self.rule, ' %s' % where if where else '',
+            'ok' if self.passed else 'NO', self.message)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {'rule': self.rule,
+                'kind': self.kind.value if self.kind else None,
+                'model': self.model, 'passed': self.passed,
+                'message': self.message}
+
+
+@dataclasses.dataclass(frozen=True, order=True)
+class Grant:
+    """What a workload holds on one GPU.
+
+    Exactly one of: ``vf_index`` (a VF), ``cus`` (a CU slice, with the
+    compute partition it lives in when the GPU is partitioned), or neither
+    (the whole GPU).
+    """
+
+    address: str
+    memory_mib: int
+    #: CUs the workload asked for on this GPU
+    compute_units: int = 0
+    vf_index: int | None = None
+    cus: tuple[int, ...] | None = None
+    partition: int | None = None
+
+    def describe(self) -> str:
+        if self.vf_index is not None:
+            return 'VF %d' % self.vf_index
+        if self.cus is not None:
+            text = 'CU %s' % cu_ranges(self.cus)
+            if self.partition is not None:
+                text = 'part %d %s' % (self.partition, text)
+            return text
+        return 'whole'
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {'address': self.address,
+                                'memory_mib': self.memory_mib,
+                                'compute_units': self.compute_units}
+        if self.vf_index is not None:
+            data['vf'] = self.vf_index
+        if self.cus is not None:
+            data['cus'] = cu_ranges(self.cus)
+        if self.partition is not None:
+            data['partition'] = self.partition
+        return data
+
+
+def cu_ranges(cus: tuple[int, ...]) -> str:
+    """``0-75,80`` for the sorted CU ids (HSA_CU_MASK ID_list syntax)."""
+    parts = []
+    start = prev = None
+    for cu in cus:
+        if start is None:
+            start = prev = cu
+        elif cu == prev + 1:  # type: ignore[operator]
+            prev = cu
+        else:
+            parts.append(_span(start, prev))  # type: ignore[arg-type]
+            start = prev = cu
+    if start is not None:
+        parts.append(_span(start, prev))  # type: ignore[arg-type]
+    return ','.join(parts)
+
+
+def parse_cu_ranges(text: str) -> tuple[int, ...]:
+    """The CU ids of ``0-75,80``.
+
+    :raises ValueError: on a malformed list.
+    """
+    result: list[int] = []
+    for part in str(text).split(','):
+        part = part.strip()
+        if '-' in part:
+            low, high = part.split('-', 1)
+            first, last = int(low), int(high)
+            if last < first:
+                raise ValueError('range %r runs backwards' % part)
+            result.extend(range(first, last + 1))
+        else:
+            result.append(int(part))
+    return tuple(sorted(set(result)))
+
+
+def _span(start: int, end: int) -> str:
+    return str(start) if start == end else '%d-%d' % (start, end)
+
+
+@dataclasses.dataclass(frozen=True)
+class Decision:
+    """The outcome for one workload."""
+
+    workload: str
+    code: Code
+    reason: str
+    kind: Kind | None = None
+    host: str | None = None
+    grants: tuple[Grant, ...] = ()
+    trail: tuple[Verdict, ...] = ()
+    score: float | None = None
+    #: placed on a GPU whose driver differs from its host's family
+    unverified: bool = False
+    #: kept from an earlier plan (incremental mode)
+    existing: bool = False
+
+    @property
+    def placed(self) -> bool:
+        return self.code is Code.PLACED
+
+    @property
+    def gpus(self) -> tuple[str, ...]:
+        seen: list[str] = []
+        for grant in self.grants:
+            if grant.address not in seen:
+                seen.append(grant.address)
+        return tuple(seen)
+
+    def to_dict(self, trail: bool = True) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            'workload': self.workload, 'code': self.code.value,
+            'kind': self.kind.value if self.kind else None,
+            'host': self.host, 'reason': self.reason,
+            'grants': [g.to_dict() for g in self.grants]}
+        if self.score is not None:
+            data['score'] = round(self.score, 4)
+        if self.unverified:
+            data['unverified'] = True
+        if self.existing:
+            data['existing'] = True
+        if trail:
+            data['trail'] = [v.to_dict() for v in self.trail]
+        return data
