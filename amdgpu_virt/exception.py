@@ -64,6 +64,10 @@ class InvalidPartitionMode(AmdgpuVirtError):
                'allowed: %(allowed)s')
 
 
+class InvalidData(AmdgpuVirtError):
+    msg_fmt = 'Field %(field)s: %(reason)s'
+
+
 # --- inventory ---------------------------------------------------------------
 
 class InventoryError(AmdgpuVirtError):
