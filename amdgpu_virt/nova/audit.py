@@ -189,6 +189,6 @@ def audit(plans: Sequence[HostPlan], reader: PlacementReader
             by_host[host].append(provider)
     hosts = tuple(_audit_host(plan, by_host[plan.hostname], reader)
                   for plan in sorted(plans, key=lambda p: p.hostname))
-    LOG.info('audited %d hosts with %d Placement calls', len(hosts),
+    LOG.debug('audited %d hosts with %d Placement calls', len(hosts),
              reader.calls - start)
     return AuditReport(hosts=hosts, api_calls=reader.calls - start)

@@ -40,5 +40,5 @@ def write_if_changed(path: str, content: str, mode: int = 0o644) -> bool:
     except OSError as err:
         raise exception.AmdgpuVirtError(
             'cannot write %s: %s' % (path, err.strerror)) from None
-    LOG.info('wrote %s', path)
+    LOG.debug('wrote %s', path)
     return True

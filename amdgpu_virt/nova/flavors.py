@@ -245,6 +245,6 @@ def sync(compute: Any, specs: Iterable[FlavorSpec],
         except sdk_exceptions.SDKException as err:
             raise exception.NovaApiError(
                 request='flavor %s' % spec.name, reason=str(err)) from None
-        LOG.info('flavor %s', change)
+        LOG.debug('flavor %s', change)
         changes.append(change)
     return tuple(changes)

@@ -29,10 +29,8 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from amdgpu_virt import catalog
 from amdgpu_virt import exception
 from amdgpu_virt.ledger import Ledger
-from amdgpu_virt.model import AMD_VENDOR_ID
 from amdgpu_virt.model import HostInventory
 from amdgpu_virt.model import PciAddress
 from amdgpu_virt.model import Role
@@ -310,29 +308,8 @@ def aliases(specs: Iterable[AliasSpec], numa_policy: str = 'preferred',
 def ledger_alias_specs(ledger: Ledger, naming: Naming,
                        device_type: str = 'auto') -> list[AliasSpec]:
     """Alias definitions for every Nova role of a ledger (for controllers)."""
-    result = []
-    for item in ledger.assignments:
-        model = catalog.by_name(item.model)
-        if item.role is Role.NOVA_VF and item.vf_count:
-            compute = catalog.VF_COUNT_MODES[item.vf_count]
-            memory = (item.memory_mode
-                      or nova_plan.gim_memory_mode(model, item.vf_count))
-            result.append(AliasSpec(
-                name=naming.vf_alias(model.name, compute, memory,
-                                     item.vf_count),
-                vendor_id=AMD_VENDOR_ID,
-                product_id=model.vf_device_id or 0,
-                device_type=nova_plan.TYPE_VF,
-                resource_class=naming.vf_resource_class(
-                    model.name, compute, memory, item.vf_count)))
-        elif item.role is Role.NOVA_DEDICATED:
-            result.append(AliasSpec(
-                name=naming.dedicated_alias(model.name),
-                vendor_id=AMD_VENDOR_ID, product_id=model.pf_device_id,
-                device_type=nova_plan.dedicated_device_type(model,
-                                                            device_type),
-                resource_class=naming.dedicated_resource_class(model.name)))
-    return result
+    return [alias_of(offer) for plan in nova_plan.plan_from_ledger(
+        ledger, naming, device_type) for offer in plan.offers]
 
 
 def _header(title: str, notes: Iterable[str]) -> list[str]:

@@ -227,3 +227,45 @@ def plan_host(inventory: HostInventory, naming: Naming,
 
 def fleet_offers(plans: Iterable[HostPlan]) -> tuple[GpuOffer, ...]:
     return tuple(o for plan in plans for o in plan.offers)
+
+
+def plan_from_ledger(ledger: Ledger, naming: Naming,
+                     device_type: str = 'auto') -> tuple[HostPlan, ...]:
+    """The offers a ledger implies for every host, without inventories.
+
+    What Placement must show once every host matches the ledger (used by
+    the audit on a controller, which cannot read the compute hosts). The
+    offers carry no VF addresses.
+    """
+    result = []
+    for host in ledger.hosts:
+        offers = []
+        for item in ledger.for_host(host):
+            model = catalog.by_name(item.model)
+            if item.role is Role.NOVA_VF and item.vf_count:
+                compute = catalog.VF_COUNT_MODES[item.vf_count]
+                memory = (item.memory_mode
+                          or gim_memory_mode(model, item.vf_count)).upper()
+                offers.append(GpuOffer(
+                    address=item.address, role=Role.NOVA_VF, model=model,
+                    resource_class=naming.vf_resource_class(
+                        model.name, compute, memory, item.vf_count),
+                    traits=naming.traits(model.name, compute, memory),
+                    alias=naming.vf_alias(model.name, compute, memory,
+                                          item.vf_count),
+                    device_type=TYPE_VF, vendor_id=0x1002,
+                    product_id=model.vf_device_id or 0,
+                    compute_mode=compute, memory_mode=memory,
+                    vf_count=item.vf_count))
+            elif item.role is Role.NOVA_DEDICATED:
+                offers.append(GpuOffer(
+                    address=item.address, role=Role.NOVA_DEDICATED,
+                    model=model,
+                    resource_class=naming.dedicated_resource_class(
+                        model.name),
+                    traits=naming.traits(model.name),
+                    alias=naming.dedicated_alias(model.name),
+                    device_type=dedicated_device_type(model, device_type),
+                    vendor_id=0x1002, product_id=model.pf_device_id))
+        result.append(HostPlan(hostname=host, offers=tuple(offers)))
+    return tuple(result)
