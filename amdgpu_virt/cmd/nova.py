@@ -18,6 +18,7 @@ from typing import Any
 
 from cliff import command
 from cliff import lister
+from oslo_config import cfg
 
 from amdgpu_virt import exception
 from amdgpu_virt import inventory as inventory_pkg
@@ -32,6 +33,11 @@ from amdgpu_virt.nova import plan as nova_plan
 from amdgpu_virt.nova.driver import NovaBackend
 
 BACKEND_NAMESPACE = 'amdgpu_virt.backends'
+
+
+def _conf(app: Any) -> cfg.ConfigOpts:
+    conf: cfg.ConfigOpts = app.get_conf()
+    return conf
 
 
 def _backend(app: Any) -> NovaBackend:
@@ -183,7 +189,7 @@ class NovaFlavors(lister.Lister):
 
     def take_action(self, parsed_args: argparse.Namespace
                     ) -> tuple[Sequence[str], Iterable[Sequence[Any]]]:
-        conf = self.app.get_conf()
+        conf = _conf(self.app)
         path = parsed_args.file or conf.nova.flavors_file
         if not path:
             raise exception.ConfigError(
@@ -223,7 +229,7 @@ class NovaAudit(lister.Lister):
         if ledger is not None:
             plans = nova_plan.plan_from_ledger(
                 ledger, backend.naming,
-                self.app.get_conf().nova.dedicated_device_type)
+                _conf(self.app).nova.dedicated_device_type)
         else:
             plans = (backend.plan(_scan(self.app, parsed_args)),)
         report = backend.audit(plans)
@@ -263,7 +269,7 @@ class NovaDrainCheck(command.Command):
 
     def take_action(self, parsed_args: argparse.Namespace) -> int:
         backend = _backend(self.app)
-        conf = self.app.get_conf()
+        conf = _conf(self.app)
         host = (parsed_args.host or conf.inventory.hostname
                 or socket.gethostname())
         try:

@@ -157,8 +157,8 @@ def _audit_host(plan: HostPlan, providers: Sequence[Provider],
             state = states.get(provider.uuid)
         if state is None:
             state = reader.provider_state(provider.uuid)
-        offer = expected.get(name)
-        if offer is None:
+        found = expected.get(name)
+        if found is None:
             findings.append(Finding(host, name, FindingKind.EXTRA_PROVIDER,
                                     '-', _fmt('%s:%d' % item for item in
                                               state.totals.items())))
@@ -166,9 +166,9 @@ def _audit_host(plan: HostPlan, providers: Sequence[Provider],
                 usage.append(GpuUsage(host, _address_of(name, host), name,
                                       rc, total, state.used.get(rc, 0)))
             continue
-        findings.extend(_compare(host, offer, name, state))
+        findings.extend(_compare(host, found, name, state))
         for rc, total in sorted(state.totals.items()):
-            usage.append(GpuUsage(host, str(offer.address), name, rc, total,
+            usage.append(GpuUsage(host, str(found.address), name, rc, total,
                                   state.used.get(rc, 0)))
     return HostAudit(host=host, findings=tuple(sorted(findings)),
                      usage=tuple(sorted(usage)),

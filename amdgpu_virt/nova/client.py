@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import openstack
 from oslo_config import cfg
 
@@ -33,10 +35,12 @@ def connect(conf: cfg.ConfigOpts) -> openstack.connection.Connection:
         raise exception.ConfigError(
             option='[nova] cloud', reason='set a cloud name, or token with '
             'placement_endpoint and/or compute_endpoint')
-    kwargs = dict(auth_type='admin_token',
-                  auth={'endpoint': endpoint, 'token': group.token},
-                  compute_api_version=COMPUTE_API_VERSION,
-                  load_yaml_config=False, load_envvars=False)
+    kwargs: dict[str, Any] = dict(auth_type='admin_token',
+                                  auth={'endpoint': endpoint,
+                                        'token': group.token},
+                                  compute_api_version=COMPUTE_API_VERSION,
+                                  load_yaml_config=False,
+                                  load_envvars=False)
     if group.placement_endpoint:
         kwargs['placement_endpoint_override'] = group.placement_endpoint
     if group.compute_endpoint:

@@ -19,6 +19,7 @@ import testtools
 
 from tests.functional.fixtures import nova_env
 
+from amdgpu_virt import exception as amdgpu_exception
 from amdgpu_virt.inventory.simulate import HostSpec
 from amdgpu_virt.inventory.simulate import design_host
 from amdgpu_virt.model import Driver
@@ -91,7 +92,7 @@ class TestNovaParsers(testtools.TestCase):
         offered_pfs = {str(o.address) for o in plan.offers
                        if o.device_type != 'type-VF'}
         matched = 0
-        for address, (dev, specs_found) in matches.items():
+        for address, (_dev, specs_found) in matches.items():
             if address in offered_vfs or address in offered_pfs:
                 self.assertEqual(1, len(specs_found),
                                  '%s matched %d specs' % (address,
@@ -179,7 +180,8 @@ class TestNovaParsers(testtools.TestCase):
         plan = nova_plan.HostPlan('c', (
             nova_plan.vf_offer(gpu, Naming()),
             nova_plan.dedicated_offer(gpu, Naming())))
-        self.assertRaises(Exception, pci.device_specs, plan)
+        self.assertRaises(amdgpu_exception.NovaConfigError,
+                          pci.device_specs, plan)
 
     def _feed(self, view, wl, inventory):
         for dev in sorted(_devices(inventory),
@@ -202,5 +204,6 @@ class TestNovaParsers(testtools.TestCase):
             {'address': '0000:05:02.0', 'vendor_id': '1002',
              'product_id': '74b5', 'parent_addr': '0000:05:00.0'}))
         # ... we name it.
-        err = self.assertRaises(Exception, pci.validate_device_spec, spec)
+        err = self.assertRaises(amdgpu_exception.NovaConfigError,
+                                pci.validate_device_spec, spec)
         self.assertIn('resouce_class', str(err))

@@ -14,7 +14,8 @@ GOOD = {'name': 'gpu.1', 'vcpus': 8, 'ram_mib': 1024,
 class TestParse(testtools.TestCase):
 
     def test_defaults(self):
-        (spec,) = flavors.parse({'flavors': [GOOD]}, default_numa_policy='socket')
+        (spec,) = flavors.parse({'flavors': [GOOD]},
+                                default_numa_policy='socket')
         self.assertEqual({'pci_passthrough:alias': 'amd-mi300x-cpx-vf:1',
                           'hw:pci_numa_affinity_policy': 'socket'},
                          spec.extra_specs())
