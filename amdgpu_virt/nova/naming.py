@@ -1,23 +1,13 @@
 """Names amdgpu_virt gives GPUs in Nova and Placement (pure).
 
-Scheme (defaults; every template is an option of the ``[nova]`` group):
+Scheme (defaults; every template is an option of the ``[nova]`` group;
+see the Nova admin guide for the table):
 
-========================  ==============================  =====================
-what                      template                        example
-========================  ==============================  =====================
-VF resource class         ``CUSTOM_AMD_{model}_{compute_   ``CUSTOM_AMD_MI300X_
-                          mode}_VF``                      CPX_VF``
-whole-GPU resource class  ``CUSTOM_AMD_{model}``          ``CUSTOM_AMD_MI300X``
-model trait               ``<prefix>MODEL_{model}``       ``CUSTOM_AMD_MODEL_
-                                                          MI300X``
-partition trait           ``<prefix>PARTITION_{mode}``    ``CUSTOM_AMD_
-                                                          PARTITION_CPX``
-memory trait (VFs)        ``<prefix>MEMORY_{nps}``        ``CUSTOM_AMD_MEMORY_
-                                                          NPS4``
-VF alias                  ``amd-{model}-{compute_mode}-   ``amd-mi300x-cpx-vf``
-                          vf``
-whole-GPU alias           ``amd-{model}``                 ``amd-mi300x``
-========================  ==============================  =====================
+* VF resource class ``CUSTOM_AMD_{model}_{compute_mode}_VF``
+  (``CUSTOM_AMD_MI300X_CPX_VF``); whole GPU ``CUSTOM_AMD_{model}``;
+* traits ``<prefix>MODEL_{model}``, and for VFs ``<prefix>PARTITION_{mode}``
+  and ``<prefix>MEMORY_{nps}`` (prefix ``CUSTOM_AMD_``);
+* aliases ``amd-{model}-{compute_mode}-vf`` and ``amd-{model}``.
 
 ``{model}`` is the catalog name with every run of characters other than
 letters and digits replaced by ``_`` (``MI300X HF`` -> ``MI300X_HF``,
