@@ -102,11 +102,15 @@ class NovaConfig(command.Command):
         parser = super().get_parser(prog_name)
         _add_inventory_args(parser)
         _add_ledger_args(parser)
-        parser.add_argument(
+        where = parser.add_mutually_exclusive_group()
+        where.add_argument(
             '--output', metavar='FILE',
             help='write here (only when the content changes) instead of '
-                 'printing; e.g. [nova] output_dir/%s' %
-                 pci.CONFIG_FILE_NAME)
+                 'printing')
+        where.add_argument(
+            '--write', action='store_true',
+            help='write [nova] output_dir/%s (only when the content '
+                 'changes)' % pci.CONFIG_FILE_NAME)
         return parser
 
     def take_action(self, parsed_args: argparse.Namespace) -> int:
@@ -114,7 +118,11 @@ class NovaConfig(command.Command):
         inventory = _scan(self.app, parsed_args)
         text = backend.render_compute(inventory, _ledger(parsed_args),
                                       parsed_args.host)
-        _emit(self.app, text, parsed_args.output)
+        output = parsed_args.output
+        if parsed_args.write:
+            output = os.path.join(_conf(self.app).nova.output_dir,
+                                  pci.CONFIG_FILE_NAME)
+        _emit(self.app, text, output)
         return 0
 
 
