@@ -195,6 +195,23 @@ class TestNovaParsers(testtools.TestCase):
             if spec is not None:
                 view.process_dev(obj, spec)
 
+    def test_flavor_alias_translates_to_requests(self):
+        from amdgpu_virt.nova import flavors
+        _inv, plan, _specs, aliases = self._render(HOSTS['mixed'])
+        self._check_aliases(aliases)
+        pci_request.get_alias_from_config.cache_clear()
+        spec = flavors.FlavorSpec(name='f', vcpus=1, ram_mib=1,
+                                  alias='amd-mi300x-cpx-vf', count=2,
+                                  isolate=True)
+        value = spec.extra_specs()[flavors.ALIAS_KEY]
+        (request,) = pci_request._translate_alias_to_requests(value)
+        self.assertEqual(2, request.count)
+        self.assertEqual('CUSTOM_AMD_MI300X_CPX_VF',
+                         request.spec[0]['resource_class'])
+        self.assertRaises(nova_exception.PciRequestAliasNotDefined,
+                          pci_request._translate_alias_to_requests,
+                          'amd-mi300x-spx-vf:1')
+
     def test_misspelt_key_nova_accepts_we_refuse(self):
         spec = {'vendor_id': '1002', 'product_id': '74b5',
                 'resouce_class': 'CUSTOM_X'}
