@@ -37,7 +37,7 @@ def load_driver(namespace: str, name: str, *args: Any,
         result (an instance); otherwise return the plugin itself.
     :raises DriverNotFound: unknown name or the plugin failed to load.
     """
-    def on_failure(_manager: Any, entrypoint: Any, err: Exception) -> None:
+    def on_failure(_manager: Any, entrypoint: Any, err: BaseException) -> None:
         _raise(namespace, getattr(entrypoint, 'name', name),
                '%s: %s' % (type(err).__name__, err))
 
@@ -61,7 +61,7 @@ def load_ordered(namespace: str, names: Sequence[str], *args: Any,
         if name not in known:
             _raise(namespace, name, 'not installed')
 
-    def on_failure(_manager: Any, entrypoint: Any, err: Exception) -> None:
+    def on_failure(_manager: Any, entrypoint: Any, err: BaseException) -> None:
         _raise(namespace, getattr(entrypoint, 'name', '?'),
                '%s: %s' % (type(err).__name__, err))
 

@@ -22,7 +22,7 @@ def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode,
                        deep: bool = False) -> dict[Any, Any]:
     seen: dict[Any, Any] = {}
     for key_node, _value_node in node.value:
-        key = loader.construct_object(key_node, deep=deep)  # type: ignore
+        key = loader.construct_object(key_node, deep=deep)
         if key in seen:
             raise yaml.constructor.ConstructorError(
                 'while constructing a mapping', node.start_mark,
