@@ -1,1 +1,1 @@
-"""amdgpu_virt: share AMD Instinct GPUs across OpenStack Nova and Kubernetes."""
+"""amdgpu_virt: share AMD Instinct GPUs across Nova and Kubernetes."""

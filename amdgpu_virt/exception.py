@@ -1,10 +1,10 @@
 """The one error hierarchy of amdgpu_virt.
 
-Every error the project raises on purpose derives from :class:`AmdgpuVirtError`.
-A subclass sets ``msg_fmt``, a template filled from the keyword arguments
-given at raise time; the template must name the culprit (the file, field,
-annotation or option that was wrong) so that an operator can act on it
-without reading a traceback.
+Every error the project raises on purpose derives from
+:class:`AmdgpuVirtError`. A subclass sets ``msg_fmt``, a template filled
+from the keyword arguments given at raise time; the template must name the
+culprit (the file, field, annotation or option that was wrong) so that an
+operator can act on it without reading a traceback.
 
 Areas keep their subclasses in their own section below; add new ones at the
 end of the section that owns them.
@@ -37,7 +37,7 @@ class AmdgpuVirtError(Exception):
         return self.message
 
 
-# --- configuration and plugins ---------------------------------------------
+# --- configuration and plugins -----------------------------------------------
 
 class ConfigError(AmdgpuVirtError):
     msg_fmt = 'Invalid configuration: option %(option)s: %(reason)s'
@@ -48,7 +48,7 @@ class DriverNotFound(AmdgpuVirtError):
                '(known: %(known)s): %(reason)s')
 
 
-# --- hardware model and catalog --------------------------------------------
+# --- hardware model and catalog ----------------------------------------------
 
 class InvalidPciAddress(AmdgpuVirtError):
     msg_fmt = ('%(value)r is not a PCI address; expected '
@@ -96,7 +96,7 @@ class SimulationError(AmdgpuVirtError):
     msg_fmt = 'Cannot simulate host: %(reason)s'
 
 
-# --- CU and memory sharing -----------------------------------------------------
+# --- CU and memory sharing ---------------------------------------------------
 
 class SharingError(AmdgpuVirtError):
     msg_fmt = 'CU sharing error: %(reason)s'
@@ -117,15 +117,15 @@ class UnknownConsumer(SharingError):
 
 
 class MaskSyntaxError(SharingError):
-    msg_fmt = ('Invalid %(variable)s value %(value)r at position %(position)d: '
-               '%(reason)s')
+    msg_fmt = ('Invalid %(variable)s value %(value)r at position '
+               '%(position)d: %(reason)s')
 
 
 class HamiProtocolError(SharingError):
     msg_fmt = 'Invalid %(key)s value %(value)r: %(reason)s'
 
 
-# --- policy and planning -------------------------------------------------------
+# --- policy and planning -----------------------------------------------------
 
 class WorkloadSpecError(AmdgpuVirtError):
     """One or more problems in a workload specification.
@@ -144,7 +144,7 @@ class PlanError(AmdgpuVirtError):
     msg_fmt = 'Invalid plan %(source)s: %(reason)s'
 
 
-# --- OpenStack Nova --------------------------------------------------------------
+# --- OpenStack Nova ----------------------------------------------------------
 
 class NovaConfigError(AmdgpuVirtError):
     msg_fmt = 'Cannot render Nova configuration for %(host)s: %(reason)s'
@@ -162,7 +162,7 @@ class NovaApiError(AmdgpuVirtError):
     msg_fmt = 'Nova API request %(request)s failed: %(reason)s'
 
 
-# --- Kubernetes ------------------------------------------------------------------
+# --- Kubernetes --------------------------------------------------------------
 
 class KubernetesError(AmdgpuVirtError):
     msg_fmt = 'Kubernetes request %(request)s failed: %(reason)s'
@@ -170,3 +170,21 @@ class KubernetesError(AmdgpuVirtError):
 
 class AnnotationError(KubernetesError):
     msg_fmt = 'Bad annotation %(key)s on %(obj)s: %(reason)s'
+
+
+class DevicePluginError(KubernetesError):
+    msg_fmt = 'Device plugin for %(resource)s: %(reason)s'
+
+
+class UnknownDevice(DevicePluginError):
+    msg_fmt = ('Device ID %(device)r in %(request)s is not one that the '
+               'device plugin for %(resource)s offered')
+
+
+class KubernetesConflict(KubernetesError):
+    msg_fmt = ('%(obj)s changed while it was being updated (409 Conflict); '
+               'retry with its new version')
+
+
+class AdmissionReviewError(KubernetesError):
+    msg_fmt = 'Invalid AdmissionReview: %(field)s: %(reason)s'

@@ -1,1 +1,4 @@
-"""Kubernetes driver: node agent, scheduler extender, device plugin, webhook."""
+"""Kubernetes driver: node agent, extender, device plugin, webhook.
+
+The only package that imports ``kubernetes`` and ``grpc``.
+"""
