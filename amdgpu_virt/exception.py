@@ -158,6 +158,10 @@ class UnsafeRoleChange(AmdgpuVirtError):
     msg_fmt = 'Refusing to change GPU %(gpu)s: %(reason)s'
 
 
+class NovaApiError(AmdgpuVirtError):
+    msg_fmt = 'Nova API request %(request)s failed: %(reason)s'
+
+
 # --- Kubernetes --------------------------------------------------------------
 
 class KubernetesError(AmdgpuVirtError):
