@@ -212,20 +212,12 @@ class _Reader:
                              | index),
                 unique_id=_serial(info['asic'].get('asic_serial'))))
         expected = None
-        if compute is not None:
-            if model is not None and model.partition_modes:
-                try:
-                    expected = catalog.partitions_in_mode(model, compute)
-                except exception.InvalidPartitionMode as err:
-                    self.warn('amdsmi.amdsmi_get_gpu_compute_partition(%s)'
-                              % address, str(err))
-            else:
-                expected = catalog.PARTITIONS_PER_MODE.get(compute)
-        sizes = {p.compute_units for p in partitions}
-        if expected and len(sizes) == 1:
-            compute_units = sizes.pop() * expected
-        else:
-            compute_units = sum(p.compute_units for p in partitions)
+        try:
+            expected = base.expected_partitions(model, compute)
+        except exception.InvalidPartitionMode as err:
+            self.warn('amdsmi.amdsmi_get_gpu_compute_partition(%s)'
+                      % address, str(err))
+        compute_units = base.gpu_compute_units(partitions, expected) or 0
         if expected is not None and len(partitions) < expected:
             self.warn('amdsmi.amdsmi_get_processor_handles',
                       '%s: %s implies %d partitions but amdsmi lists %d'

@@ -446,16 +446,12 @@ class _Scan:
     def expected_partitions(self, fn: _Function, model: GpuModel | None,
                             mode: str | None) -> int | None:
         """Partitions ``mode`` makes on ``model`` (None if unknown)."""
-        if mode is None:
+        try:
+            return base.expected_partitions(model, mode)
+        except exception.InvalidPartitionMode as err:
+            self.warn(os.path.join(fn.path, 'current_compute_partition'),
+                      str(err))
             return None
-        if model is not None and model.partition_modes:
-            try:
-                return catalog.partitions_in_mode(model, mode)
-            except exception.InvalidPartitionMode as err:
-                self.warn(os.path.join(fn.path, 'current_compute_partition'),
-                          str(err))
-                return None
-        return catalog.PARTITIONS_PER_MODE.get(mode)
 
     def gpu(self, fn: _Function, vfs: tuple[VirtualFunction, ...],
             nodes: list[_KfdNode], cards: dict[int, int]) -> Gpu:
@@ -478,13 +474,7 @@ class _Scan:
             vram_mib = sum(p.vram_mib for p in partitions)
         model = self.model_of(fn)
         expected = self.expected_partitions(fn, model, compute)
-        compute_units = None
-        if partitions:
-            sizes = {p.compute_units for p in partitions}
-            if expected and len(sizes) == 1:
-                compute_units = sizes.pop() * expected
-            else:
-                compute_units = sum(p.compute_units for p in partitions)
+        compute_units = base.gpu_compute_units(partitions, expected)
         if expected is not None and len(partitions) < expected:
             self.warn(os.path.join(fn.path, 'current_compute_partition'),
                       '%s implies %d partitions but KFD shows %d (%s); a '
