@@ -99,11 +99,14 @@ def make_workloads(count: int, seed: int) -> list[Workload]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument('--hosts', type=int, default=1000)
+    parser.add_argument('--hosts', type=int, default=1000,
+                        help='hosts in the fleet (default 1000)')
     parser.add_argument('--gpus', type=int, default=8,
                         help='GPUs per MI300X host (MI210 hosts have 4)')
-    parser.add_argument('--workloads', type=int, default=20000)
-    parser.add_argument('--seed', type=int, default=42)
+    parser.add_argument('--workloads', type=int, default=20000,
+                        help='workloads to place (default 20000)')
+    parser.add_argument('--seed', type=int, default=42,
+                        help='seed of the fleet and workload mix')
     args = parser.parse_args(argv)
     conf = av_conf.new_conf()
     t0 = time.perf_counter()
