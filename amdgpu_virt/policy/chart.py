@@ -182,7 +182,8 @@ def png(gpus: Sequence[GpuReport], path: str,
     except ImportError:
         raise exception.AmdgpuVirtError(
             'cannot write %s: PNG charts need matplotlib, which is not '
-            'installed; install it or write an .svg chart instead'
+            "installed; pip install 'amdgpu_virt[chart]', or write an .svg "
+            'chart instead'
             % path) from None
     boxes, labels, width, height = layout(gpus, title)
     dpi = 100

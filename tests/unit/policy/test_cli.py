@@ -5,7 +5,9 @@ from __future__ import annotations
 import io
 import json
 import os
+import sys
 import tempfile
+from unittest import mock
 import xml.etree.ElementTree as ET
 
 import testtools
@@ -129,6 +131,16 @@ class TestPlan(CliTest):
         self.assertEqual(0, rc)
         with open(chart, 'rb') as handle:
             self.assertEqual(b'\x89PNG', handle.read(4))
+
+    def test_chart_png_without_matplotlib_says_what_to_install(self):
+        chart = self.path('plan.png')
+        # None in sys.modules makes the import fail as if not installed.
+        with mock.patch.dict(sys.modules, {'matplotlib': None}):
+            rc, _out, err = self.run_cli('plan', '--chart', chart)
+        self.assertNotEqual(0, rc)
+        self.assertIn('PNG charts need matplotlib', err)
+        self.assertIn('amdgpu_virt[chart]', err)
+        self.assertFalse(os.path.exists(chart))
 
     def test_chart_bad_extension(self):
         rc, _out, err = self.run_cli('plan', '--chart', self.path('x.gif'))
