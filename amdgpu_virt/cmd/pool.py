@@ -249,20 +249,34 @@ class Apply(command.Command):
 
 # --- audit -------------------------------------------------------------------
 
-def collect(app: Any, ledger: av_ledger.Ledger, nova: bool, k8s: bool
+def collect(app: Any, ledger: av_ledger.Ledger,
+            inventories: Mapping[str, HostInventory], nova: bool, k8s: bool
             ) -> tuple[list[Any], list[str]]:
-    """Observations of the sides asked, and warnings."""
+    """Observations of the sides asked about the pool's hosts, and warnings.
+
+    The pool is the hosts of the ledger and of the inventories. On a host
+    whose inventory is known, Nova providers of other PCI devices (NICs)
+    are not GPUs of the pool and are left out.
+    """
+    hosts = set(ledger.hosts) | set(inventories)
     observations: list[Any] = []
     warnings: list[str] = []
     if nova:
         from amdgpu_virt.nova import pool as nova_pool
-        found, notes = nova_pool.NovaPool(_nova_backend(app)).observations()
-        observations += found
+        found, notes = nova_pool.NovaPool(_nova_backend(app)).observations(
+            hosts)
+        for obs in found:
+            inventory = inventories.get(obs.host)
+            if inventory is not None and ledger.get(
+                    obs.host, obs.address) is None and obs.address not in {
+                    g.address for g in inventory.gpus}:
+                continue
+            observations.append(obs)
         warnings += notes
     if k8s:
         from amdgpu_virt.k8s import pool as k8s_pool
         found, notes = k8s_pool.KubernetesPool(
-            _core_api(app), _location(app), ledger).observations()
+            _core_api(app), _location(app), ledger).observations(hosts)
         observations += found
         warnings += notes
     return observations, warnings
@@ -299,8 +313,8 @@ class Audit(command.Command):
         sides = tuple(s for s, off in (('nova', parsed_args.no_nova),
                                        ('k8s', parsed_args.no_k8s))
                       if not off)
-        observations, warnings = collect(self.app, ledger, 'nova' in sides,
-                                         'k8s' in sides)
+        observations, warnings = collect(self.app, ledger, inventories,
+                                         'nova' in sides, 'k8s' in sides)
         report = crossaudit.audit(ledger, inventories.values(),
                                   observations, sides)
         out = self.app.stdout

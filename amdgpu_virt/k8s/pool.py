@@ -158,8 +158,8 @@ class KubernetesPool:
         wanted = None if hosts is None else set(hosts)
         views = {}
         warnings: list[str] = []
-        for node in self._nodes():
-            view = node_view(node)
+        for item in self._nodes():
+            view = node_view(item)
             if wanted is not None and view.name not in wanted:
                 continue
             if view.problem:
@@ -167,7 +167,7 @@ class KubernetesPool:
             views[view.name] = view
         users: dict[tuple[str, PciAddress], set[str]] = {}
         for pod in self._pods():
-            node = (pod.get('spec') or {}).get('nodeName')
+            node = str((pod.get('spec') or {}).get('nodeName') or '')
             if node not in views:
                 continue
             try:
@@ -186,14 +186,14 @@ class KubernetesPool:
                     _pod_name(pod))
         result = []
         keys = {(n, a) for n, v in views.items() for a in v.offers}
-        for node, address in sorted(keys | set(users)):
-            healthy, count, ids = views[node].offers.get(
+        for name, address in sorted(keys | set(users)):
+            healthy, count, ids = views[name].offers.get(
                 address, (False, 0, ()))
             result.append(SideObservation(
-                side=SIDE, host=node, address=address, offered=healthy,
+                side=SIDE, host=name, address=address, offered=healthy,
                 capacity=count,
-                consumers=tuple(sorted(users.get((node, address), ()))),
-                detail='%s devices %s' % (node, ','.join(ids) or '-')))
+                consumers=tuple(sorted(users.get((name, address), ()))),
+                detail='%s devices %s' % (name, ','.join(ids) or '-')))
         return result, warnings
 
     # -- the Side protocol of a move ------------------------------------------
