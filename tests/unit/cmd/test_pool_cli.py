@@ -95,7 +95,8 @@ class TestMoveArguments(testtools.TestCase):
     def test_parse_gpu(self):
         self.assertEqual(('gim-0', '0000:05:00.0'),
                          cmd_pool.parse_gpu('gim-0:0000:05:00.0'))
-        err = self.assertRaises(exception.PlanError, cmd_pool.parse_gpu, 'gim-0')
+        err = self.assertRaises(exception.PlanError, cmd_pool.parse_gpu,
+                                'gim-0')
         self.assertIn('--gpu gim-0', str(err))
 
     def test_target_is_validated_as_a_ledger_entry(self):
@@ -103,7 +104,8 @@ class TestMoveArguments(testtools.TestCase):
                                    Role.K8S_SHARED, 'MI300X')
         args = type('Args', (), dict(to='nova-vf', vf_count=None,
                                      compute_mode=None, memory_mode=None))
-        err = self.assertRaises(exception.PlanError, cmd_pool.target, old, args, 'l')
+        err = self.assertRaises(exception.PlanError, cmd_pool.target, old,
+                                args, 'l')
         self.assertIn('vf_count', str(err))
         self.assertIn('--to nova-vf', str(err))
         args.vf_count = 8
