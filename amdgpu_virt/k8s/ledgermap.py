@@ -103,7 +103,7 @@ def write(core_api: Any, ledger: av_ledger.Ledger, where: Location) -> bool:
     if current is None:
         pods.call('CREATE %s' % where, core_api.create_namespaced_config_map,
                   where.namespace, wanted, _preload_content=False)
-        LOG.info('Created %s', where)
+        LOG.debug('Created %s', where)
         return True
     if (current.get('data') or {}).get(DATA_KEY) == wanted['data'][DATA_KEY]:
         return False
@@ -111,7 +111,7 @@ def write(core_api: Any, ledger: av_ledger.Ledger, where: Location) -> bool:
     body['data'] = dict(current.get('data') or {}, **wanted['data'])
     pods.call('REPLACE %s' % where, core_api.replace_namespaced_config_map,
               where.name, where.namespace, body, _preload_content=False)
-    LOG.info('Updated %s', where)
+    LOG.debug('Updated %s', where)
     return True
 
 

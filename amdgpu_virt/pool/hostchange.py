@@ -97,8 +97,6 @@ class InventoryHost:
         else:
             steps.append('GPU %s keeps no role: no driver needs to take it'
                          % address)
-        steps.append('check with "amdgpu-virt inventory" on %s that GPU %s '
-                     'shows the new state' % (host, address))
         return steps
 
     def matches(self, assignment: GpuAssignment) -> bool:

@@ -457,3 +457,43 @@ class TestMove(PoolTestCase):
         self.assertIn('step confirm-withdrawn: ok', stdout)
         with open(state) as handle:
             self.assertEqual(3, len(json.load(handle)['history']))
+
+    def test_move_from_k8s_shared_to_idle(self):
+        infos = self.register_k8s_host()
+        self.pod(self.k8s_host, 'trainer', [infos[1].id])
+        args = ('move', '--ledger', self.ledger_path, '--gpu',
+                '%s:%s' % (self.k8s_host, GPU1), '--to', 'idle',
+                '--fleet', self.fleet, '--state-dir',
+                os.path.join(self.tmp, 'state'))
+        rc, stdout, _stderr = self.run_cli(*args)
+        self.assertEqual(1, rc, stdout)
+        self.assertIn('k8s still has consumers', stdout)
+        self.assertIn('default/trainer', stdout)
+        self.k8s.api.delete_namespaced_pod('trainer', 'default')
+        rc, stdout, _stderr = self.run_cli(*args)
+        self.assertEqual(0, rc, stdout)
+        self.assertIn('removed GPU %s from the registration' % GPU1, stdout)
+        self.assertIn('step offer: not-applicable (the GPU goes idle)',
+                      stdout)
+        node = self.k8s.server.get_object('nodes', self.k8s_host)
+        left = hami.decode_node_register(
+            node['metadata']['annotations'][hami.NODE_REGISTER])
+        self.assertEqual([GPU0], [i.custominfo[hami.CUSTOMINFO_PCI_BDF]
+                                  for i in left])
+        stored = ledgermap.read(self.k8s.api, ledgermap.Location(
+            'kube-system', 'amdgpu-virt-ledger'))
+        self.assertEqual((GPU0,), ledgermap.k8s_gpus(stored, self.k8s_host))
+        self.assertEqual(Role.IDLE, av_ledger.load(self.ledger_path).get(
+            self.k8s_host, GPU1).role)
+
+    def test_pod_on_a_device_the_node_no_longer_registers_blocks(self):
+        self.register_k8s_host()
+        self.pod(self.k8s_host, 'orphan', ['gone-device'])
+        rc, stdout, _stderr = self.run_cli(
+            'move', '--ledger', self.ledger_path, '--gpu',
+            '%s:%s' % (self.k8s_host, GPU0), '--to', 'idle',
+            '--fleet', self.fleet, '--state-dir',
+            os.path.join(self.tmp, 'state'))
+        self.assertEqual(1, rc)
+        self.assertIn('default/orphan (device gone-device not registered: '
+                      'may be this GPU)', stdout)
