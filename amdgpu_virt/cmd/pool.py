@@ -159,6 +159,10 @@ class Apply(command.Command):
                             help='also create or update the flavors of '
                                  '[nova] flavors_file (their aliases are '
                                  'checked against the ledger)')
+        parser.add_argument('--progress-every', type=int, metavar='N',
+                            help='a progress line on stderr every N hosts '
+                                 '(0: none); instead of [pool] '
+                                 'progress_every')
         parser.add_argument('--push-configmap', action='store_true',
                             help='also write the ledger ConfigMap ([pool] '
                                  'configmap_namespace/configmap_name) '
@@ -188,7 +192,8 @@ class Apply(command.Command):
             from amdgpu_virt.k8s import ledgermap
             configmap_text = ledgermap.manifest_text(ledger,
                                                      _location(self.app))
-        every = conf.pool.progress_every
+        every = (conf.pool.progress_every if parsed_args.progress_every
+                 is None else max(parsed_args.progress_every, 0))
 
         def progress(count: int) -> None:
             if every and (count % every == 0 or count == len(hosts)):

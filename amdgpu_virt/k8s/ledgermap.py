@@ -130,3 +130,19 @@ def k8s_gpus(ledger: av_ledger.Ledger | None, host: str
     """
     return tuple(str(a.address) for a in host_roles(ledger, host)
                  if a.role in (Role.K8S_SHARED, Role.K8S_DEDICATED))
+
+
+def node_gpus(core_api: Any, where: Location, host: str
+              ) -> tuple[str, ...] | None:
+    """What the node agent of ``host`` may offer, read from the ConfigMap.
+
+    :returns: PCI addresses of the node's ``k8s-*`` GPUs; None when there
+        is no ledger ConfigMap (then the agent offers every GPU amdgpu
+        drives, as without a ledger).
+    :raises PlanError: the ConfigMap holds an invalid ledger.
+    :raises KubernetesError: it cannot be read.
+    """
+    ledger = read(core_api, where)
+    if ledger is None:
+        return None
+    return k8s_gpus(ledger, host)

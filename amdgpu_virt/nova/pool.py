@@ -95,6 +95,9 @@ class NovaPool:
                      ) -> tuple[list[SideObservation], list[str]]:
         """What Placement shows for every GPU of ``hosts`` (default all).
 
+        One call lists Nova's PCI providers, then two per provider of the
+        hosts asked (inventories, allocations).
+
         :raises PlacementError: a request failed.
         """
         reader = self.backend.reader()
@@ -104,9 +107,8 @@ class NovaPool:
             found = provider_address(provider.name, wanted)
             if found is None:
                 continue
-            state = reader.provider_state(provider.uuid)
+            capacity = sum(reader.provider_totals(provider.uuid).values())
             users = reader.provider_allocations(provider.uuid)
-            capacity = sum(state.totals.values())
             result.append(SideObservation(
                 side=SIDE, host=found[0], address=found[1],
                 offered=capacity > 0, capacity=capacity,

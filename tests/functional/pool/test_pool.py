@@ -14,6 +14,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import unittest
 import uuid
 
 import fixtures
@@ -34,6 +35,7 @@ from amdgpu_virt.nova import plan as nova_plan
 from amdgpu_virt.pool import apply as pool_apply
 from amdgpu_virt.sharing import hami
 from tests.functional.fixtures import kubeclient
+from tests.functional.fixtures import nova_env
 from tests.functional.fixtures import placement as placement_fixture
 
 GPU0 = '0000:05:00.0'
@@ -317,6 +319,18 @@ class TestApply(PoolTestCase):
             'kube-system', 'amdgpu-virt-ledger'))
         self.assertEqual(self.ledger, stored)
         self.assertEqual(2, len(ledgermap.k8s_gpus(stored, self.k8s_host)))
+        # what a node agent reads for its node
+        self.assertEqual((GPU0, GPU1), ledgermap.node_gpus(
+            self.k8s.api, ledgermap.Location('kube-system',
+                                             'amdgpu-virt-ledger'),
+            self.k8s_host))
+        self.assertEqual((), ledgermap.node_gpus(
+            self.k8s.api, ledgermap.Location('kube-system',
+                                             'amdgpu-virt-ledger'),
+            self.vm_host))
+        self.assertIsNone(ledgermap.node_gpus(
+            self.k8s.api, ledgermap.Location('kube-system', 'other'),
+            self.k8s_host))
         before = len(self.k8s.server.requests)
         rc, stdout, _stderr = self.run_cli(*args)
         self.assertEqual(0, rc)
@@ -325,6 +339,41 @@ class TestApply(PoolTestCase):
         writes = [r for r in self.k8s.server.requests[before:]
                   if not r.startswith('GET')]
         self.assertEqual([], writes)
+
+
+@unittest.skipUnless(nova_env.AVAILABLE, nova_env.SKIP_REASON)
+class TestApplyFlavors(PoolTestCase):
+
+    def test_push_flavors_checks_aliases_against_the_ledger(self):
+        from tests.functional.fixtures import nova_api
+        server = nova_api.get_server()
+        name = 'gpu.%s' % uuid.uuid4().hex[:8]
+        flavors_file = os.path.join(self.tmp, 'flavors.yaml')
+        with open(flavors_file, 'w') as handle:
+            handle.write(yamlutil.dump({'flavors': [{
+                'name': name, 'vcpus': 8, 'ram_mib': 65536,
+                'alias': 'amd-mi300x-cpx-vf', 'count': 1}]}))
+        with open(self.conf_file, 'a') as handle:
+            handle.write('[nova]\ncompute_endpoint = %s\ntoken = admin:admin'
+                         '\nflavors_file = %s\n' % (server.url, flavors_file))
+        args = ('apply', '--ledger', self.ledger_path, '--fleet', self.fleet,
+                '--output-dir', os.path.join(self.tmp, 'out'),
+                '--push-flavors')
+        rc, stdout, stderr = self.run_cli(*args)
+        self.assertEqual(0, rc, stderr)
+        self.assertIn('flavor %s: created' % name, stdout)
+        flavor = server.connection().compute.find_flavor(name)
+        self.assertEqual('amd-mi300x-cpx-vf:1',
+                         flavor.extra_specs['pci_passthrough:alias'])
+        rc, stdout, _stderr = self.run_cli(*args)
+        self.assertIn('flavor %s: unchanged' % name, stdout)
+        # a ledger without Nova VFs has no such alias: refused
+        only_pods = av_ledger.build(
+            a for a in self.ledger.assignments if a.host == self.k8s_host)
+        av_ledger.save(only_pods, self.ledger_path)
+        rc, _stdout, stderr = self.run_cli(*args)
+        self.assertEqual(1, rc)
+        self.assertIn('amd-mi300x-cpx-vf', stderr)
 
 
 class TestMove(PoolTestCase):

@@ -61,6 +61,14 @@ class TestApplyCommand(testtools.TestCase):
         self.assertIn('0 file(s) written', stdout)
         self.assertIn('(nothing to do)', stdout)
 
+    def test_progress_every_n_hosts(self):
+        rc, _o, stderr = self.apply('--dry-run', '--progress-every', '2')
+        self.assertEqual(0, rc)
+        self.assertEqual(['rendered 2/5 hosts', 'rendered 4/5 hosts',
+                          'rendered 5/5 hosts'], stderr.splitlines())
+        rc, _o, stderr = self.apply('--dry-run', '--progress-every', '0')
+        self.assertEqual('', stderr)
+
     def test_a_host_losing_its_nova_roles_loses_its_files(self):
         self.apply()
         old = ledger.load(self.ledger)
