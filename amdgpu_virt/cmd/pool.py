@@ -279,11 +279,18 @@ def collect(app: Any, ledger: av_ledger.Ledger,
             observations.append(obs)
         warnings += notes
     if k8s:
+        from amdgpu_virt.k8s import ledgermap
         from amdgpu_virt.k8s import pool as k8s_pool
+        api = _core_api(app)
         found, notes = k8s_pool.KubernetesPool(
-            _core_api(app), _location(app), ledger).observations(hosts)
+            api, _location(app), ledger).observations(hosts)
         observations += found
         warnings += notes
+        stored = ledgermap.read(api, _location(app))
+        if stored is not None and stored != ledger:
+            warnings.append('%s holds another ledger than the one audited '
+                            '(a move under way, or run "amdgpu-virt apply '
+                            '--push-configmap")' % _location(app))
     return observations, warnings
 
 

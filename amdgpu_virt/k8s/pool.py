@@ -25,6 +25,8 @@ import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from kubernetes.client import exceptions as k8s_exceptions
+
 from amdgpu_virt import exception
 from amdgpu_virt import ledger as av_ledger
 from amdgpu_virt.k8s import ledgermap
@@ -53,6 +55,15 @@ class NodeView:
     problem: str = ''
 
 
+def gpu_address(info: hami.DeviceInfo) -> PciAddress | None:
+    """The GPU of a registered device (``custominfo.pciBDF``), or None."""
+    raw = info.custominfo.get(hami.CUSTOMINFO_PCI_BDF)
+    try:
+        return PciAddress.parse(str(raw))
+    except exception.InvalidPciAddress:
+        return None
+
+
 def node_view(node: Mapping[str, Any]) -> NodeView:
     """What a node object registers (a bad annotation offers nothing)."""
     meta = node.get('metadata') or {}
@@ -67,12 +78,11 @@ def node_view(node: Mapping[str, Any]) -> NodeView:
     devices: dict[str, PciAddress] = {}
     offers: dict[PciAddress, tuple[bool, int, tuple[str, ...]]] = {}
     for info in infos:
-        raw = info.custominfo.get(hami.CUSTOMINFO_PCI_BDF)
-        try:
-            address = PciAddress.parse(str(raw))
-        except exception.InvalidPciAddress:
+        address = gpu_address(info)
+        if address is None:
             LOG.warning('node %s: device %s has no usable %s (%r)', name,
-                        info.id, hami.CUSTOMINFO_PCI_BDF, raw)
+                        info.id, hami.CUSTOMINFO_PCI_BDF,
+                        info.custominfo.get(hami.CUSTOMINFO_PCI_BDF))
             continue
         devices[info.id] = address
         healthy, count, ids = offers.get(address, (False, 0, ()))
@@ -127,11 +137,12 @@ class KubernetesPool:
     def _node(self, name: str) -> dict[str, Any] | None:
         try:
             response = self.api.read_node(name, _preload_content=False)
-        except Exception as err:  # NotFound and other API errors
-            if getattr(err, 'status', None) == 404:
-                return None
+        except k8s_exceptions.NotFoundException:
+            return None
+        except k8s_exceptions.ApiException as err:
             raise exception.KubernetesError(
-                request='GET node %s' % name, reason=str(err)) from None
+                request='GET node %s' % name,
+                reason='%s %s' % (err.status, err.reason)) from None
         node: dict[str, Any] = json.loads(response.data)
         return node
 
@@ -246,8 +257,7 @@ class KubernetesPool:
             if value is None:
                 return
             infos = hami.decode_node_register(value)
-            keep = [i for i in infos if str(i.custominfo.get(
-                hami.CUSTOMINFO_PCI_BDF, '')).lower() != str(address)]
+            keep = [i for i in infos if gpu_address(i) != address]
             if len(keep) == len(infos):
                 return
             body = {'metadata': {

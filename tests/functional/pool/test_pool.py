@@ -262,6 +262,20 @@ class TestAudit(PoolTestCase):
         self.assertEqual({self.vm_host},
                          {f['host'] for f in report['findings']})
 
+    def test_configmap_that_differs_is_a_warning(self):
+        ledgermap.write(self.k8s.api, self.ledger.restrict([self.vm_host]),
+                        ledgermap.Location('kube-system',
+                                           'amdgpu-virt-ledger'))
+        rc, report, stderr = self.audit()
+        self.assertEqual(0, rc)
+        self.assertIn('configmap kube-system/amdgpu-virt-ledger holds '
+                      'another ledger', stderr)
+        self.assertEqual(1, len(report['warnings']))
+        ledgermap.write(self.k8s.api, self.ledger, ledgermap.Location(
+            'kube-system', 'amdgpu-virt-ledger'))
+        rc, report, stderr = self.audit()
+        self.assertEqual([], report['warnings'])
+
     def test_unreadable_annotations_are_warnings(self):
         self.seed_nova()
         self.register_k8s_host()

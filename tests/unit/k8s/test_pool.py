@@ -39,6 +39,11 @@ class TestNodeView(testtools.TestCase):
         self.assertEqual((False, 0), (healthy, count))
         self.assertEqual({'p0', 'p1', 'q0'}, set(view.devices))
 
+    def test_address_without_domain(self):
+        self.assertEqual(PciAddress.parse('0000:83:00.0'), pool.gpu_address(
+            _info('x', '83:00.0')))
+        self.assertIsNone(pool.gpu_address(hami.DeviceInfo(id='y')))
+
     def test_no_or_bad_registration(self):
         self.assertEqual({}, pool.node_view(_node(None)).offers)
         view = pool.node_view(_node('{not json'))
