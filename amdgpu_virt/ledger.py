@@ -25,6 +25,7 @@ whole XGMI hive (by GIM for the whole host).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import tempfile
 from collections.abc import Iterable, Mapping
@@ -107,19 +108,26 @@ class Ledger:
         object.__setattr__(self, 'assignments',
                            tuple(sorted(self.assignments)))
 
+    @functools.cached_property
+    def _by_host(self) -> dict[str, tuple[GpuAssignment, ...]]:
+        index: dict[str, list[GpuAssignment]] = {}
+        for item in self.assignments:
+            index.setdefault(item.host, []).append(item)
+        return {host: tuple(items) for host, items in index.items()}
+
     @property
     def hosts(self) -> tuple[str, ...]:
-        return tuple(sorted({a.host for a in self.assignments}))
+        return tuple(sorted(self._by_host))
 
     def for_host(self, host: str) -> tuple[GpuAssignment, ...]:
-        return tuple(a for a in self.assignments if a.host == host)
+        return self._by_host.get(host, ())
 
     def get(self, host: str, address: PciAddress | str
             ) -> GpuAssignment | None:
         if isinstance(address, str):
             address = PciAddress.parse(address)
-        for item in self.assignments:
-            if item.host == host and item.address == address:
+        for item in self.for_host(host):
+            if item.address == address:
                 return item
         return None
 
