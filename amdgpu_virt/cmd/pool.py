@@ -443,6 +443,10 @@ class Move(command.Command):
             host, str(old.address).replace(':', '-')))
         new = target(old, parsed_args, parsed_args.ledger)
         if old == new:
+            if os.path.exists(state):
+                # the ledger was updated but the run ended before the
+                # state file was closed
+                os.replace(state, state + '.done')
             out.write('%s already has role %s; nothing to do\n' % (
                 old.gpu, new.role.value))
             return 0

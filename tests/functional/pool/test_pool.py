@@ -483,6 +483,10 @@ class TestMove(PoolTestCase):
         self.assertEqual(0, rc, report)
         self.assertEqual([], self.kinds(report, self.vm_host, GPU1))
         # done: the same command again changes nothing
+        state = os.path.join(self.tmp, 'state',
+                             'move-%s-0000-25-00.0.json' % self.vm_host)
+        self.assertFalse(os.path.exists(state))
+        self.assertTrue(os.path.exists(state + '.done'))
         rc, stdout, _stderr = self.move()
         self.assertEqual(0, rc)
         self.assertIn('already has role k8s-shared', stdout)
