@@ -178,6 +178,24 @@ def check_vf_count(model: GpuModel, vf_count: int,
     return VF_COUNT_MODES[vf_count]
 
 
+#: Memory (NPS) mode GIM uses for a VF count when nothing else says so:
+#: AMD's validated MI300X set is 1 VF (SPX/NPS1) or 8 VFs (CPX/NPS4);
+#: MI35x: 2 VFs DPX/NPS2, 8 VFs CPX/NPS2. Other pairs fall back to the first
+#: memory mode the model allows with that compute mode (inferred).
+_GIM_MEMORY_DEFAULTS = {('CDNA3', 1): 'NPS1', ('CDNA3', 8): 'NPS4',
+                        ('CDNA4', 1): 'NPS1', ('CDNA4', 2): 'NPS2',
+                        ('CDNA4', 8): 'NPS2'}
+
+
+def gim_memory_mode(model: GpuModel, vf_count: int) -> str:
+    """The NPS mode a GIM GPU split into ``vf_count`` VFs runs in."""
+    known = _GIM_MEMORY_DEFAULTS.get((model.family, vf_count))
+    if known:
+        return known
+    compute = VF_COUNT_MODES.get(vf_count, 'SPX')
+    allowed = dict(model.partition_modes).get(compute)
+    return allowed[0] if allowed else 'NPS1'
+
 
 #: VRAM the GIM host driver keeps for the PF before splitting the rest
 #: among VFs (``pf_fb_size``, 256..1024 MiB; 512 is assumed).

@@ -14,18 +14,28 @@ File format (YAML)::
              compute_mode: SPX, memory_mode: NPS1}
 
 Loading rejects what would be unsafe: a GPU listed twice (two roles), an
-unknown role, a VF count or partition mode the model cannot take.
+unknown role, a VF count or partition mode the model cannot take. Given the
+hosts' inventories, loading also rejects a role the GPU itself cannot take
+(a GPU the host does not have, VFs on a GPU without SR-IOV or with fewer
+VFs than asked, a partition mode the GPU does not list) and a host whose
+GPUs would need different memory (NPS) modes: the NPS mode is set for a
+whole XGMI hive (by GIM for the whole host).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import os
+import tempfile
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from amdgpu_virt import catalog
 from amdgpu_virt import exception
 from amdgpu_virt import yamlutil
+from amdgpu_virt.model import Gpu
+from amdgpu_virt.model import HostInventory
 from amdgpu_virt.model import PciAddress
 from amdgpu_virt.model import Role
 
@@ -49,6 +59,24 @@ class GpuAssignment:
     @property
     def key(self) -> tuple[str, PciAddress]:
         return (self.host, self.address)
+
+    @property
+    def gpu(self) -> str:
+        """``host:address``, as commands and messages name a GPU."""
+        return '%s:%s' % (self.host, self.address)
+
+    def required_memory_mode(self) -> str | None:
+        """The NPS mode this role needs (None when it needs none).
+
+        A ``nova-vf`` GPU runs in the mode GIM uses for its VF count
+        unless the entry says otherwise.
+        """
+        if self.memory_mode:
+            return self.memory_mode
+        if self.role is Role.NOVA_VF and self.vf_count:
+            return catalog.gim_memory_mode(catalog.by_name(self.model),
+                                           self.vf_count)
+        return None
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {'address': str(self.address),
@@ -80,21 +108,38 @@ class Ledger:
         object.__setattr__(self, 'assignments',
                            tuple(sorted(self.assignments)))
 
+    @functools.cached_property
+    def _by_host(self) -> dict[str, tuple[GpuAssignment, ...]]:
+        index: dict[str, list[GpuAssignment]] = {}
+        for item in self.assignments:
+            index.setdefault(item.host, []).append(item)
+        return {host: tuple(items) for host, items in index.items()}
+
     @property
     def hosts(self) -> tuple[str, ...]:
-        return tuple(sorted({a.host for a in self.assignments}))
+        return tuple(sorted(self._by_host))
 
     def for_host(self, host: str) -> tuple[GpuAssignment, ...]:
-        return tuple(a for a in self.assignments if a.host == host)
+        return self._by_host.get(host, ())
 
     def get(self, host: str, address: PciAddress | str
             ) -> GpuAssignment | None:
         if isinstance(address, str):
             address = PciAddress.parse(address)
-        for item in self.assignments:
-            if item.host == host and item.address == address:
+        for item in self.for_host(host):
+            if item.address == address:
                 return item
         return None
+
+    def replace(self, assignment: GpuAssignment) -> Ledger:
+        """This ledger with ``assignment`` instead of its GPU's entry."""
+        return Ledger(tuple(a for a in self.assignments
+                            if a.key != assignment.key) + (assignment,))
+
+    def restrict(self, hosts: Iterable[str]) -> Ledger:
+        """Only the entries of ``hosts``."""
+        wanted = set(hosts)
+        return Ledger(tuple(a for a in self.assignments if a.host in wanted))
 
     def to_dict(self) -> dict[str, Any]:
         hosts: dict[str, Any] = {}
@@ -193,8 +238,126 @@ def from_dict(data: Any, source: str = 'ledger') -> Ledger:
                                   reason=err.kwargs['reason']) from None
 
 
-def load(path: str) -> Ledger:
-    return from_dict(yamlutil.load_file(path), source=path)
+def _gpu_problem(item: GpuAssignment, gpu: Gpu) -> tuple[str, str] | None:
+    """(field, reason) when ``gpu`` cannot take ``item``'s role."""
+    model = gpu.model
+    if model.known and model.name != item.model:
+        return 'model', 'the ledger says %s, the host has %s' % (
+            item.model, model.name)
+    if item.role is Role.NOVA_VF:
+        try:
+            catalog.check_vf_count(model, item.vf_count or 0)
+        except exception.InvalidPartitionMode as err:
+            return 'vf_count', str(err)
+        if gpu.sriov_totalvfs is not None and \
+                gpu.sriov_totalvfs < (item.vf_count or 0):
+            return 'vf_count', 'the GPU offers at most %d VFs (sriov_' \
+                'totalvfs)' % gpu.sriov_totalvfs
+    if item.role is Role.NOVA_DEDICATED and not model.known:
+        return 'role', 'nova-dedicated needs a GPU model the catalog knows ' \
+            '(device id %04x is not in it)' % gpu.device_id
+    if item.role in (Role.K8S_SHARED, Role.K8S_DEDICATED):
+        for field, want, have in (
+                ('compute_mode', item.compute_mode,
+                 gpu.available_compute_partitions),
+                ('memory_mode', item.memory_mode,
+                 gpu.available_memory_partitions)):
+            listed = {m.upper() for m in have}
+            if want and listed and want not in listed:
+                return field, 'role %s needs %s, the GPU offers only %s' % (
+                    item.role.value, want, ', '.join(sorted(listed)))
+    return None
+
+
+def check_hardware(ledger: Ledger, inventories: Iterable[HostInventory],
+                   source: str = 'ledger') -> None:
+    """Reject roles the hosts' GPUs cannot take.
+
+    Hosts without an inventory are not checked. Errors name the file, the
+    host, the GPU and the field.
+
+    :raises PlanError: a GPU the host does not have, a role its model or
+        the GPU itself cannot take, or one host (or XGMI hive) whose GPUs
+        need different memory (NPS) modes.
+    """
+    by_host = {inv.hostname: inv for inv in inventories}
+    for host in ledger.hosts:
+        inventory = by_host.get(host)
+        if inventory is None:
+            continue
+        gpus = {gpu.address: gpu for gpu in inventory.gpus}
+        groups: dict[object, list[tuple[GpuAssignment, str]]] = {}
+        gim = any(a.role is Role.NOVA_VF for a in ledger.for_host(host))
+        for item in ledger.for_host(host):
+            where = '%s: host %s GPU %s' % (source, host, item.address)
+            gpu = gpus.get(item.address)
+            if gpu is None:
+                raise exception.PlanError(
+                    source=where, reason='field address: the host has no '
+                    'GPU there (it has %s)' % (', '.join(
+                        str(a) for a in sorted(gpus)) or 'none'))
+            problem = _gpu_problem(item, gpu)
+            if problem is not None:
+                raise exception.PlanError(
+                    source=where, reason='field %s: %s' % problem)
+            mode = item.required_memory_mode()
+            if mode:
+                # NPS is per XGMI hive; GIM sets it for the whole host,
+                # and a host without hive information is one domain.
+                hive = gpu.hive_id if gpu.hive_id and not gim else 'host'
+                groups.setdefault(hive, []).append((item, mode))
+        for members in groups.values():
+            modes = sorted({mode for _item, mode in members})
+            if len(modes) > 1:
+                raise exception.PlanError(
+                    source='%s: host %s' % (source, host),
+                    reason='field memory_mode: the memory (NPS) mode is one '
+                    'per host (XGMI hive), but its GPUs need %s' % '; '.join(
+                        '%s %s (%s)' % (item.address, mode, item.role.value)
+                        for item, mode in members))
+
+
+def load(path: str, inventories: Iterable[HostInventory] | None = None
+         ) -> Ledger:
+    """Load and validate the ledger file ``path``.
+
+    :param inventories: when given, also :func:`check_hardware`.
+    :raises PlanError: naming the file, host, GPU and field.
+    """
+    ledger = from_dict(yamlutil.load_file(path), source=path)
+    if inventories is not None:
+        check_hardware(ledger, inventories, path)
+    return ledger
+
+
+def save(ledger: Ledger, path: str, extra: Mapping[str, Any] | None = None
+         ) -> bool:
+    """Write ``ledger`` to ``path`` atomically, unless already equal.
+
+    :param extra: other top-level keys to keep (e.g. ``placements``).
+    :returns: True when the file was written.
+    :raises PlanError: the file cannot be written (naming it).
+    """
+    data = ledger.to_dict()
+    data.update({k: v for k, v in (extra or {}).items()
+                 if k not in data})
+    text = yamlutil.dump(data)
+    try:
+        with open(path, encoding='utf-8') as handle:
+            if handle.read() == text:
+                return False
+    except OSError:
+        pass
+    directory = os.path.dirname(os.path.abspath(path))
+    try:
+        fd, tmp = tempfile.mkstemp(dir=directory, prefix='.ledger-')
+        with os.fdopen(fd, 'w', encoding='utf-8') as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+    except OSError as err:
+        raise exception.PlanError(source=path, reason='cannot write: %s'
+                                  % err.strerror) from None
+    return True
 
 
 def build(assignments: Iterable[GpuAssignment]) -> Ledger:

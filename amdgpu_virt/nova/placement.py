@@ -131,6 +131,13 @@ class PlacementReader:
             used={rc: int(v) for rc, v in usages.get('usages', {}).items()},
             traits=frozenset(traits.get('traits', ())))
 
+    def provider_totals(self, rp_uuid: str) -> dict[str, int]:
+        """Inventory total per resource class of one provider (one call)."""
+        inv = self._get('/resource_providers/%s/inventories' % rp_uuid,
+                        ok_missing=True) or {}
+        return {rc: int(v['total']) for rc, v in
+                inv.get('inventories', {}).items()}
+
     def provider_allocations(self, rp_uuid: str
                              ) -> dict[str, dict[str, int]]:
         """Consumer uuid -> resources it holds on the provider."""

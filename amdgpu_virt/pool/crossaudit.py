@@ -132,7 +132,9 @@ def reality_problems(gpu: Gpu, assignment: GpuAssignment) -> list[str]:
 
 def _side_findings(host: str, address: PciAddress,
                    assignment: GpuAssignment | None,
-                   seen: Mapping[str, SideObservation]) -> list[Finding]:
+                   seen: Mapping[str, SideObservation],
+                   sides: frozenset[str] = frozenset(SIDES)
+                   ) -> list[Finding]:
     found = []
 
     def add(kind: FindingKind, message: str) -> None:
@@ -159,7 +161,8 @@ def _side_findings(host: str, address: PciAddress,
         elif seen[side].offered:
             add(FindingKind.OFFER_AGAINST_LEDGER, '%s offers it (%s) but %s'
                 % (side, seen[side].detail, why))
-    if owner and not (owner in seen and seen[owner].offered):
+    if owner and owner in sides and not (owner in seen
+                                         and seen[owner].offered):
         add(FindingKind.NOT_OFFERED, 'ledger gives it to %s (%s) but %s does '
             'not offer it: stranded capacity' % (
                 owner, assignment.role.value if assignment else '', owner))
@@ -167,12 +170,17 @@ def _side_findings(host: str, address: PciAddress,
 
 
 def audit(ledger: Ledger, inventories: Iterable[HostInventory],
-          observations: Iterable[SideObservation]) -> AuditReport:
+          observations: Iterable[SideObservation],
+          sides: Iterable[str] = SIDES) -> AuditReport:
     """Compare the ledger with the hosts and with what each side reports.
+
+    :param sides: the sides that were asked; a GPU the ledger gives to a
+        side not asked is not reported as not offered.
 
     :returns: an :class:`AuditReport` whose findings are sorted by host,
         address and kind.
     """
+    asked = frozenset(sides)
     gpus: dict[tuple[str, PciAddress], Gpu] = {}
     for inventory in inventories:
         for item in inventory.gpus:
@@ -202,7 +210,7 @@ def audit(ledger: Ledger, inventories: Iterable[HostInventory],
                 findings.append(Finding(host, address, FindingKind.IDLE,
                                         'GPU is idle: stranded capacity'))
         findings.extend(_side_findings(host, address, assignment,
-                                       seen.get(key, {})))
+                                       seen.get(key, {}), asked))
     offered = {s: sum(1 for v in seen.values() if s in v and v[s].offered)
                for s in SIDES}
     in_use = {s: sum(1 for v in seen.values() if s in v and v[s].in_use)

@@ -137,3 +137,15 @@ class TestCrossAudit(testtools.TestCase):
                           'message': 'offered by both nova '
                           '(gim-0_0000:25:00.0) and k8s (u)'},
                          data['findings'][0])
+
+
+class TestSidesAsked(testtools.TestCase):
+
+    def test_side_not_asked_is_not_reported_as_not_offered(self):
+        nova_only = [o for o in _consistent() if o.side == 'nova']
+        report = crossaudit.audit(_ledger(), [GIM, BM], nova_only)
+        self.assertIn(('bm-0', str(A0), K.NOT_OFFERED), _kinds(report))
+        report = crossaudit.audit(_ledger(), [GIM, BM], nova_only,
+                                  sides=('nova',))
+        self.assertEqual([], [k for k in _kinds(report)
+                              if k[2] is K.NOT_OFFERED])

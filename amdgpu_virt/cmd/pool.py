@@ -1,0 +1,499 @@
+"""One GPU pool, two clouds: ``amdgpu-virt apply``, ``audit`` and ``move``.
+
+* ``apply``: render what each side needs, per host, from the role ledger;
+* ``audit``: compare the ledger with Placement and the Kubernetes API and
+  report double booking (exit status 1 on a conflict);
+* ``move``: change the role of one GPU safely (resumable).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from cliff import command
+from oslo_config import cfg
+
+from amdgpu_virt import exception
+from amdgpu_virt import ledger as av_ledger
+from amdgpu_virt import plugins
+from amdgpu_virt import yamlutil
+from amdgpu_virt.cmd import plan as cmd_plan
+from amdgpu_virt.inventory import fleet as av_fleet
+from amdgpu_virt.inventory import snapshot
+from amdgpu_virt.model import HostInventory
+from amdgpu_virt.model import Role
+from amdgpu_virt.pool import apply as pool_apply
+from amdgpu_virt.pool import crossaudit
+from amdgpu_virt.pool import hostchange
+from amdgpu_virt.pool import move as pool_move
+
+BACKEND_NAMESPACE = 'amdgpu_virt.backends'
+#: ``move`` exit status while it waits for a side or the host
+EXIT_WAITING = 75
+SNAPSHOT_SUFFIXES = ('.json', '.yaml', '.yml')
+
+
+def _conf(app: Any) -> cfg.ConfigOpts:
+    conf: cfg.ConfigOpts = app.get_conf()
+    return conf
+
+
+# --- inventories -------------------------------------------------------------
+
+def _add_inventory_args(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument(
+        '--fleet', metavar='FILE',
+        help='the hosts\' inventories from a fleet file of simulated hosts '
+             '(default: the embedded sample fleet)')
+    group.add_argument(
+        '--snapshot-dir', metavar='DIR',
+        help='the hosts\' inventories from snapshot files DIR/<host>.json '
+             '(or .yaml), as "amdgpu-virt inventory -f json" writes them')
+
+
+def _snapshot_path(directory: str, host: str) -> str | None:
+    for suffix in SNAPSHOT_SUFFIXES:
+        path = os.path.join(directory, host + suffix)
+        if os.path.exists(path):
+            return path
+    return None
+
+
+class Inventories:
+    """Where the hosts' inventories come from; read again on each call."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.fleet = args.fleet
+        self.snapshot_dir = args.snapshot_dir
+
+    def all(self, hosts: Sequence[str]) -> dict[str, HostInventory]:
+        """Inventories of those of ``hosts`` that have one."""
+        if self.snapshot_dir is None:
+            return {inv.hostname: inv for inv in
+                    av_fleet.load_fleet(self.fleet)
+                    if inv.hostname in set(hosts)}
+        result = {}
+        for host in hosts:
+            path = _snapshot_path(self.snapshot_dir, host)
+            if path is not None:
+                result[host] = snapshot.load(path)
+        return result
+
+    def of(self, host: str) -> HostInventory:
+        """The inventory of ``host`` as it is now.
+
+        :raises InventoryError: there is none (naming where it looked).
+        """
+        found = self.all([host]).get(host)
+        if found is None:
+            raise exception.InventoryError(
+                source=host, reason='no inventory in %s' % (
+                    self.snapshot_dir or self.fleet or 'the sample fleet'))
+        return found
+
+
+def _load_ledger(path: str, inventories: Inventories
+                 ) -> tuple[av_ledger.Ledger, dict[str, HostInventory]]:
+    ledger = av_ledger.load(path)
+    found = inventories.all(ledger.hosts)
+    av_ledger.check_hardware(ledger, found.values(), path)
+    return ledger, found
+
+
+# --- adapters (loaded only when a side is used) ------------------------------
+
+def _nova_backend(app: Any) -> Any:
+    return plugins.load_driver(BACKEND_NAMESPACE, 'nova', app.get_conf())
+
+
+def _nova_renderer(app: Any) -> pool_apply.NovaRenderer:
+    from amdgpu_virt.nova import pool as nova_pool
+    return nova_pool.NovaRenderer(_nova_backend(app))
+
+
+def _core_api(app: Any) -> Any:
+    from amdgpu_virt.k8s import client as k8s_client
+    return k8s_client.core_api(_conf(app))
+
+
+def _location(app: Any) -> Any:
+    from amdgpu_virt.k8s import ledgermap
+    return ledgermap.Location.from_conf(_conf(app))
+
+
+def _add_side_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument('--no-nova', action='store_true',
+                        help='the deployment has no Nova side: do not ask '
+                             'Placement')
+    parser.add_argument('--no-k8s', action='store_true',
+                        help='the deployment has no Kubernetes side: do not '
+                             'ask the Kubernetes API')
+
+
+# --- apply -------------------------------------------------------------------
+
+class Apply(command.Command):
+    """Render, per host, what Nova and Kubernetes need from the ledger.
+
+    Files go to OUTPUT_DIR/<host>/ and are written only when their content
+    changes; a second run writes nothing and says so.
+    """
+
+    def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
+        parser = super().get_parser(prog_name)
+        parser.add_argument('--ledger', metavar='FILE', required=True,
+                            help='the role ledger (YAML)')
+        parser.add_argument('--host', metavar='NAME', action='append',
+                            help='only this host (repeatable)')
+        parser.add_argument('--output-dir', metavar='DIR',
+                            help='instead of [pool] output_dir')
+        parser.add_argument('--dry-run', action='store_true',
+                            help='print the changes as a diff; write '
+                                 'nothing')
+        parser.add_argument('--push-flavors', action='store_true',
+                            help='also create or update the flavors of '
+                                 '[nova] flavors_file (their aliases are '
+                                 'checked against the ledger)')
+        parser.add_argument('--progress-every', type=int, metavar='N',
+                            help='a progress line on stderr every N hosts '
+                                 '(0: none); instead of [pool] '
+                                 'progress_every')
+        parser.add_argument('--push-configmap', action='store_true',
+                            help='also write the ledger ConfigMap ([pool] '
+                                 'configmap_namespace/configmap_name) '
+                                 'through the Kubernetes API')
+        _add_inventory_args(parser)
+        return parser
+
+    def take_action(self, parsed_args: argparse.Namespace) -> int:
+        conf = _conf(self.app)
+        out, err = self.app.stdout, self.app.stderr
+        ledger, inventories = _load_ledger(parsed_args.ledger,
+                                           Inventories(parsed_args))
+        hosts = list(ledger.hosts)
+        if parsed_args.host:
+            unknown = sorted(set(parsed_args.host) - set(hosts))
+            if unknown:
+                raise exception.PlanError(
+                    source=parsed_args.ledger, reason='no host %s in the '
+                    'ledger' % ', '.join(unknown))
+            hosts = sorted(set(parsed_args.host))
+        needs_nova = any(a.role.side == 'nova' for h in hosts
+                         for a in ledger.for_host(h))
+        nova = _nova_renderer(self.app) if needs_nova else None
+        where = (conf.pool.configmap_namespace, conf.pool.configmap_name)
+        configmap_text = None
+        if pool_apply.has_k8s_roles(ledger) and not parsed_args.host:
+            from amdgpu_virt.k8s import ledgermap
+            configmap_text = ledgermap.manifest_text(ledger,
+                                                     _location(self.app))
+        every = (conf.pool.progress_every if parsed_args.progress_every
+                 is None else max(parsed_args.progress_every, 0))
+
+        def progress(count: int) -> None:
+            if every and (count % every == 0 or count == len(hosts)):
+                err.write('rendered %d/%d hosts\n' % (count, len(hosts)))
+                err.flush()
+
+        rendered = pool_apply.render_all(ledger, hosts, inventories, nova,
+                                         where, configmap_text, progress)
+        output_dir = parsed_args.output_dir or conf.pool.output_dir
+        selected = set(hosts)
+        report = pool_apply.apply_files(
+            output_dir, rendered,
+            scope=lambda p: p.split('/', 1)[0] in selected or (
+                not parsed_args.host and p == pool_apply.CONFIGMAP_FILE),
+            dry_run=parsed_args.dry_run)
+        if parsed_args.dry_run:
+            for diff in report.diffs:
+                out.write(diff)
+        for label, paths in (('wrote', report.written),
+                             ('removed', report.removed)):
+            for path in paths:
+                out.write('%s %s\n' % (
+                    'would write' if parsed_args.dry_run and label == 'wrote'
+                    else 'would remove' if parsed_args.dry_run else label,
+                    os.path.join(output_dir, path)))
+        out.write('%d host(s): %d file(s) %s, %d unchanged, %d %s%s\n' % (
+            len(hosts), len(report.written),
+            'to write' if parsed_args.dry_run else 'written',
+            len(report.unchanged), len(report.removed),
+            'to remove' if parsed_args.dry_run else 'removed',
+            '' if report.changed else ' (nothing to do)'))
+        if parsed_args.push_configmap and not parsed_args.dry_run:
+            from amdgpu_virt.k8s import ledgermap
+            changed = ledgermap.write(_core_api(self.app), ledger,
+                                      _location(self.app))
+            out.write('%s %s\n' % ('updated' if changed else 'unchanged',
+                                   _location(self.app)))
+        if parsed_args.push_flavors and not parsed_args.dry_run:
+            self._push_flavors(ledger)
+        return 0
+
+    def _push_flavors(self, ledger: av_ledger.Ledger) -> None:
+        from amdgpu_virt.nova import flavors
+        conf = _conf(self.app)
+        if not conf.nova.flavors_file:
+            raise exception.ConfigError(
+                option='[nova] flavors_file',
+                reason='--push-flavors needs the flavor definitions')
+        backend = _nova_backend(self.app)
+        known = [a['name'] for a in backend.alias_entries(ledger)]
+        specs = flavors.load(conf.nova.flavors_file, conf.nova.numa_policy,
+                             known)
+        for change in backend.sync_flavors(specs):
+            self.app.stdout.write('flavor %s: %s%s\n' % (
+                change.name, change.action, ''.join(
+                    '; %s' % d for d in change.details)))
+
+
+# --- audit -------------------------------------------------------------------
+
+def collect(app: Any, ledger: av_ledger.Ledger,
+            inventories: Mapping[str, HostInventory], nova: bool, k8s: bool
+            ) -> tuple[list[Any], list[str]]:
+    """Observations of the sides asked about the pool's hosts, and warnings.
+
+    The pool is the hosts of the ledger and of the inventories. On a host
+    whose inventory is known, Nova providers of other PCI devices (NICs)
+    are not GPUs of the pool and are left out.
+    """
+    hosts = set(ledger.hosts) | set(inventories)
+    observations: list[Any] = []
+    warnings: list[str] = []
+    if nova:
+        from amdgpu_virt.nova import pool as nova_pool
+        found, notes = nova_pool.NovaPool(_nova_backend(app)).observations(
+            hosts)
+        for obs in found:
+            inventory = inventories.get(obs.host)
+            if inventory is not None and ledger.get(
+                    obs.host, obs.address) is None and obs.address not in {
+                    g.address for g in inventory.gpus}:
+                continue
+            observations.append(obs)
+        warnings += notes
+    if k8s:
+        from amdgpu_virt.k8s import ledgermap
+        from amdgpu_virt.k8s import pool as k8s_pool
+        api = _core_api(app)
+        found, notes = k8s_pool.KubernetesPool(
+            api, _location(app), ledger).observations(hosts)
+        observations += found
+        warnings += notes
+        stored = ledgermap.read(api, _location(app))
+        if stored is not None and stored != ledger:
+            warnings.append('%s holds another ledger than the one audited '
+                            '(a move under way, or run "amdgpu-virt apply '
+                            '--push-configmap")' % _location(app))
+    return observations, warnings
+
+
+class Audit(command.Command):
+    """Check that no GPU is offered or used by both clouds.
+
+    Compares the ledger, the hosts' inventories, Placement (Nova) and the
+    Kubernetes API. Exit status 1 when there is a conflict, else 0.
+    """
+
+    def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
+        parser = super().get_parser(prog_name)
+        parser.add_argument('--ledger', metavar='FILE', required=True,
+                            help='the role ledger (YAML)')
+        _add_inventory_args(parser)
+        _add_side_args(parser)
+        parser.add_argument('-f', '--format', choices=('table', 'json'),
+                            default='table', help='output format')
+        parser.add_argument('--min-severity', default='info',
+                            choices=('info', 'drift', 'conflict'),
+                            help='list only findings at least this severe '
+                                 '(table format)')
+        return parser
+
+    def take_action(self, parsed_args: argparse.Namespace) -> int:
+        if parsed_args.no_nova and parsed_args.no_k8s:
+            raise exception.ConfigError(
+                option='--no-nova/--no-k8s',
+                reason='at least one side must be audited')
+        ledger, inventories = _load_ledger(parsed_args.ledger,
+                                           Inventories(parsed_args))
+        sides = tuple(s for s, off in (('nova', parsed_args.no_nova),
+                                       ('k8s', parsed_args.no_k8s))
+                      if not off)
+        observations, warnings = collect(self.app, ledger, inventories,
+                                         'nova' in sides, 'k8s' in sides)
+        report = crossaudit.audit(ledger, inventories.values(),
+                                  observations, sides)
+        out = self.app.stdout
+        for warning in warnings:
+            self.app.stderr.write('warning: %s\n' % warning)
+        if parsed_args.format == 'json':
+            data = report.to_dict()
+            data['sides'] = list(sides)
+            data['warnings'] = warnings
+            out.write(json.dumps(data, indent=2, sort_keys=True) + '\n')
+        else:
+            order = ('info', 'drift', 'conflict')
+            floor = order.index(parsed_args.min_severity)
+            rows = [(f.host, str(f.address), f.severity, f.kind.value,
+                     f.message) for f in report.findings
+                    if order.index(f.severity) >= floor]
+            if rows:
+                out.write(cmd_plan.table(('HOST', 'GPU', 'SEVERITY',
+                                          'FINDING', 'DETAIL'), rows) + '\n')
+            counts = {s: sum(1 for f in report.findings if f.severity == s)
+                      for s in order}
+            out.write('%d GPUs; offered: %s; in use: %s; %d stranded; '
+                      '%d conflict(s), %d drift, %d info\n' % (
+                          report.gpus, ', '.join(
+                              '%s %d' % (s, report.offered[s])
+                              for s in sides), ', '.join(
+                              '%s %d' % (s, report.in_use[s])
+                              for s in sides), report.stranded,
+                          counts['conflict'], counts['drift'],
+                          counts['info']))
+        return 1 if report.conflicts else 0
+
+
+# --- move --------------------------------------------------------------------
+
+def parse_gpu(text: str) -> tuple[str, str]:
+    """``HOST:ADDR`` -> (host, address text).
+
+    :raises PlanError: naming the option and the value.
+    """
+    host, sep, address = text.partition(':')
+    if not sep or not host or not address:
+        raise exception.PlanError(source='--gpu %s' % text,
+                                  reason='expected HOST:ADDR, e.g. '
+                                  'gim-0:0000:05:00.0')
+    return host, address
+
+
+def target(old: av_ledger.GpuAssignment, args: argparse.Namespace,
+           source: str) -> av_ledger.GpuAssignment:
+    """The new assignment of the GPU, validated as a ledger entry.
+
+    :raises PlanError: naming the option that is wrong.
+    """
+    raw: dict[str, Any] = {'address': str(old.address), 'model': old.model,
+                           'role': args.to}
+    for option in ('vf_count', 'compute_mode', 'memory_mode'):
+        value = getattr(args, option)
+        if value is not None:
+            raw[option] = value
+    data = {'hosts': {old.host: {'gpus': [raw]}}}
+    (new,) = av_ledger.from_dict(data, source='%s (--to %s)' % (
+        source, args.to)).assignments
+    return new
+
+
+class Move(command.Command):
+    """Change the role of one GPU safely: drain, withdraw, change, offer.
+
+    Runs the steps that can run now and says where it waits; run it again
+    to continue. Exit status 0 when done, 1 when refused (the GPU is in
+    use), 75 while waiting for a side or the host.
+    """
+
+    def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
+        parser = super().get_parser(prog_name)
+        parser.add_argument('--ledger', metavar='FILE', required=True,
+                            help='the role ledger (YAML); updated when the '
+                                 'move completes')
+        parser.add_argument('--gpu', metavar='HOST:ADDR', required=True,
+                            help='the GPU, e.g. gim-0:0000:05:00.0')
+        parser.add_argument('--to', required=True,
+                            choices=[r.value for r in Role],
+                            help='the new role')
+        parser.add_argument('--vf-count', type=int, metavar='N',
+                            help='VFs of the GPU (role nova-vf)')
+        parser.add_argument('--compute-mode', metavar='MODE',
+                            help='compute partition mode (k8s roles)')
+        parser.add_argument('--memory-mode', metavar='MODE',
+                            help='memory (NPS) mode')
+        parser.add_argument('--state-dir', metavar='DIR',
+                            help='instead of [pool] state_dir')
+        parser.add_argument('--output-dir', metavar='DIR',
+                            help='where re-rendered files go (instead of '
+                                 '[pool] output_dir)')
+        _add_inventory_args(parser)
+        return parser
+
+    def take_action(self, parsed_args: argparse.Namespace) -> int:
+        conf = _conf(self.app)
+        out = self.app.stdout
+        inventories = Inventories(parsed_args)
+        ledger, _found = _load_ledger(parsed_args.ledger, inventories)
+        host, address = parse_gpu(parsed_args.gpu)
+        state_dir = parsed_args.state_dir or conf.pool.state_dir
+        output_dir = parsed_args.output_dir or conf.pool.output_dir
+        old = ledger.get(host, address)
+        if old is None:
+            raise exception.PlanError(
+                source=parsed_args.ledger, reason='no GPU %s in the ledger'
+                % parsed_args.gpu)
+        os.makedirs(state_dir, exist_ok=True)
+        state = os.path.join(state_dir, 'move-%s-%s.json' % (
+            host, str(old.address).replace(':', '-')))
+        new = target(old, parsed_args, parsed_args.ledger)
+        if old == new:
+            if os.path.exists(state):
+                # the ledger was updated but the run ended before the
+                # state file was closed
+                os.replace(state, state + '.done')
+            out.write('%s already has role %s; nothing to do\n' % (
+                old.gpu, new.role.value))
+            return 0
+        after = ledger.replace(new)
+        av_ledger.check_hardware(after, inventories.all([host]).values(),
+                                 '%s (after the move)' % parsed_args.ledger)
+        sides: dict[str, Any] = {}
+        needed = {old.role.side, new.role.side} - {None}
+        renderer = None
+        if 'nova' in needed or any(a.role.side == 'nova'
+                                   for a in after.for_host(host)):
+            from amdgpu_virt.nova import pool as nova_pool
+            backend = _nova_backend(self.app)
+            renderer = nova_pool.NovaRenderer(backend)
+            if 'nova' in needed:
+                sides['nova'] = nova_pool.NovaPool(
+                    backend, ledger, inventories.of, output_dir)
+        if 'k8s' in needed:
+            from amdgpu_virt.k8s import pool as k8s_pool
+            sides['k8s'] = k8s_pool.KubernetesPool(
+                _core_api(self.app), _location(self.app), ledger)
+        host_adapter = hostchange.InventoryHost(inventories.of, ledger,
+                                                renderer, output_dir)
+        work = pool_move.Move(state, old, new, sides, host_adapter)
+        before = len(work.history)
+        result = work.run()
+        for record in result.history[before:]:
+            out.write('step %s: %s%s\n' % (record.step.value, record.outcome,
+                                           ' (%s)' % record.note
+                                           if record.note else ''))
+        for side in sides.values():
+            for note in side.notes:
+                out.write('  %s\n' % note)
+        out.write('%s\n' % result.message)
+        if result.status is pool_move.Status.REFUSED:
+            out.write('nothing was changed; state in %s\n' % state)
+            return 1
+        if result.status is pool_move.Status.WAITING:
+            out.write('waiting at step %s; run the same command again to '
+                      'continue (state in %s)\n' % (
+                          result.step.value if result.step else '-', state))
+            return EXIT_WAITING
+        data = yamlutil.load_file(parsed_args.ledger)
+        extra = {k: v for k, v in data.items() if k not in ('version',
+                                                            'hosts')} \
+            if isinstance(data, Mapping) else {}
+        if av_ledger.save(after, parsed_args.ledger, extra):
+            out.write('updated %s\n' % parsed_args.ledger)
+        os.replace(state, state + '.done')
+        return 0
