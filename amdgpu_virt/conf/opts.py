@@ -18,6 +18,7 @@ _MODULES = (
     'policy',
     'nova',
     'kubernetes',
+    'scheduler',
 )
 
 
