@@ -111,8 +111,9 @@ class Cluster(fixtures.Fixture):
         for (group, option), value in self.overrides.items():
             conf.set_override(option, value, group=group)
         # the extender gets a client of its own, as in its own process
-        ext_client = client.ApiClient(client.Configuration(
-            host=self.kube.server.url))
+        config = client.Configuration(host=self.kube.server.url)
+        config.connection_pool_maxsize = 16
+        ext_client = client.ApiClient(config)
         self.addCleanup(ext_client.close)
         self.service = extender.Service(conf, client.CoreV1Api(ext_client))
         self.service.start()
