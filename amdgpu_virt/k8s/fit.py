@@ -584,9 +584,9 @@ def decide(views: Sequence[NodeView], request: PodRequest,
     :param unknown: node names the extender knows nothing about.
     """
     failed: dict[str, str] = {}
-    unresolvable = {name: 'node unknown to the extender (no such node, '
-                    'or the cache is not up to date yet)'
-                    for name in unknown}
+    unresolvable = dict.fromkeys(
+        unknown, 'node unknown to the extender (no such node, or the cache '
+        'is not up to date yet)')
     if request.node_policy == 'spread':
         order = sorted(views, key=lambda v: (v.usage, v.name))
     else:
@@ -595,7 +595,11 @@ def decide(views: Sequence[NodeView], request: PodRequest,
     skipped: list[str] = []
     for view in order:
         if chosen is not None:
-            skipped.append(view.name)
+            if view.gpus or view.problem:
+                skipped.append(view.name)
+            else:
+                unresolvable[view.name] = 'no AMD GPU registered in %s' % (
+                    hami.NODE_REGISTER)
             continue
         never = _never_fits(view, request)
         if never:

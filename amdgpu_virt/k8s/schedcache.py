@@ -78,7 +78,7 @@ class _Reservation:
 def _rv(obj: Mapping[str, Any]) -> int | None:
     value = (obj.get('metadata') or {}).get('resourceVersion')
     try:
-        return int(value)
+        return int(str(value))
     except (TypeError, ValueError):
         return None
 
@@ -106,12 +106,13 @@ def decode_node(obj: Mapping[str, Any],
     try:
         devices = hami.decode_node_register(value)
     except exception.HamiProtocolError as err:
-        devices = _salvage(name, value, err)
-        if devices is None:
+        salvaged = _salvage(name, value)
+        if salvaged is None:
             LOG.warning('node %s: %s unreadable, offering nothing: %s',
                         name, hami.NODE_REGISTER, err)
             return NodeEntry(name, (), 'unreadable %s: %s' % (
                 hami.NODE_REGISTER, err))
+        devices = salvaged
     usable = []
     seen: set[str] = set()
     for device in devices:
@@ -129,8 +130,7 @@ def decode_node(obj: Mapping[str, Any],
     return NodeEntry(name, tuple(usable))
 
 
-def _salvage(name: str, value: str, err: Exception
-             ) -> tuple[hami.DeviceInfo, ...] | None:
+def _salvage(name: str, value: str) -> tuple[hami.DeviceInfo, ...] | None:
     """The readable entries of a JSON registration with bad ones."""
     try:
         entries = json.loads(value)
@@ -138,7 +138,7 @@ def _salvage(name: str, value: str, err: Exception
         return None
     if not isinstance(entries, list):
         return None
-    devices = []
+    devices: list[hami.DeviceInfo] = []
     for number, entry in enumerate(entries):
         try:
             devices.extend(hami.decode_node_register(json.dumps([entry])))

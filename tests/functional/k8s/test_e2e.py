@@ -152,9 +152,9 @@ class EndToEndTest(testtools.TestCase):
                                     'amd.com/gpumem': '10000'}], None, None)
                    for n in range(8)]
         holders: dict[tuple[str, str], list[tuple[str, int]]] = {}
-        for name, containers, init, annotations in shapes:
+        for name, containers, init, extra in shapes:
             node, pod, responses = self._schedule(cluster.gpu_pod(
-                name, containers, init, annotations=annotations))
+                name, containers, init, annotations=extra))
             devices = hami.decode_pod_devices(
                 pod['metadata']['annotations'][hami.DEVICES_ALLOCATED])
             self.assertEqual(len(containers) + len(init or []),
