@@ -31,6 +31,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import logging
+import operator
 from collections.abc import Iterable
 from collections.abc import Mapping
 from collections.abc import Sequence
@@ -245,6 +246,9 @@ class NodeView:
     max_free_cores: int = 0
     max_free_mem: int = 0
     open_gpus: int = 0
+    #: sort keys of the node policies (busiest or idlest first, by name)
+    rank_binpack: tuple[float, str] = (0.0, '')
+    rank_spread: tuple[float, str] = (0.0, '')
 
 
 def usable_device(device: hami.DeviceInfo) -> str | None:
@@ -356,7 +360,8 @@ def build_view(name: str, devices: Sequence[hami.DeviceInfo],
                             for s in healthy), default=0),
         max_free_mem=max((s.free_mem for s in healthy), default=0),
         open_gpus=sum(1 for s in healthy
-                      if s.used_slots < s.info.count))
+                      if s.used_slots < s.info.count),
+        rank_binpack=(-usage, name), rank_spread=(usage, name))
 
 
 # --- the decision ------------------------------------------------------------
@@ -575,32 +580,37 @@ def _never_fits(view: NodeView, request: PodRequest) -> str | None:
 def decide(views: Sequence[NodeView], request: PodRequest,
            unknown: Iterable[str] = (),
            strategy: allocator.CuStrategy | None = None) -> Decision:
-    """Choose one node for ``request`` among ``views``.
-
-    Nodes are tried in the order of the pod's node policy (busiest first
-    for binpack, idlest first for spread, then by name); the first that
-    fits is chosen and the rest are not examined.
+    """Choose one node for ``request`` among ``views`` (see
+    :func:`decide_in_order`; this one sorts the views itself).
 
     :param unknown: node names the extender knows nothing about.
+    """
+    rank = operator.attrgetter('rank_spread' if request.node_policy ==
+                               'spread' else 'rank_binpack')
+    return decide_in_order(
+        sorted(views, key=rank), [v.name for v in views], request, unknown,
+        strategy, [v.name for v in views if not v.gpus and not v.problem])
+
+
+def decide_in_order(ordered: Iterable[NodeView], names: Iterable[str],
+                    request: PodRequest, unknown: Iterable[str] = (),
+                    strategy: allocator.CuStrategy | None = None,
+                    without_gpus: Iterable[str] = ()) -> Decision:
+    """Choose one node for ``request``: the first of ``ordered`` that fits.
+
+    :param ordered: the candidate nodes in the order of the pod's node
+        policy (busiest first for binpack, idlest first for spread, then
+        by name); consumed only up to the first node that fits.
+    :param names: the names of all candidate nodes.
+    :param unknown: node names the extender knows nothing about.
+    :param without_gpus: names of nodes that register no AMD GPU.
     """
     failed: dict[str, str] = {}
     unresolvable = dict.fromkeys(
         unknown, 'node unknown to the extender (no such node, or the cache '
         'is not up to date yet)')
-    if request.node_policy == 'spread':
-        order = sorted(views, key=lambda v: (v.usage, v.name))
-    else:
-        order = sorted(views, key=lambda v: (-v.usage, v.name))
     chosen: NodeFit | None = None
-    skipped: list[str] = []
-    for view in order:
-        if chosen is not None:
-            if view.gpus or view.problem:
-                skipped.append(view.name)
-            else:
-                unresolvable[view.name] = 'no AMD GPU registered in %s' % (
-                    hami.NODE_REGISTER)
-            continue
+    for view in ordered:
         never = _never_fits(view, request)
         if never:
             unresolvable[view.name] = never
@@ -610,11 +620,20 @@ def decide(views: Sequence[NodeView], request: PodRequest,
             result = fit_node(view, request, strategy)
         if isinstance(result, NodeFit):
             chosen = result
-        else:
-            failed[view.name] = result
-    if chosen is not None and skipped:
+            break
+        failed[view.name] = result
+    if chosen is not None:
         reason = 'node %s was chosen (%s %s)' % (
             chosen.node, hami.NODE_SCHEDULER_POLICY, request.node_policy)
-        for name in skipped:
-            failed[name] = reason
+        # every other node, at C speed; then the reasons known better
+        others = dict.fromkeys(names, reason)
+        del others[chosen.node]
+        others.update(failed)
+        for name in unresolvable:
+            others.pop(name, None)
+        none = 'no AMD GPU registered in %s' % hami.NODE_REGISTER
+        for name in without_gpus:
+            if others.pop(name, None) is not None:
+                unresolvable[name] = none
+        failed = others
     return Decision(chosen, failed, unresolvable)
