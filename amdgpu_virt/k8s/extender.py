@@ -327,10 +327,30 @@ class Extender:
                       _content_type=pods.MERGE_PATCH,
                       _preload_content=False)
             self._binding(name, namespace, node)
+        except exception.KubernetesConflict as err:
+            if self._bound_to(name, namespace) == node:
+                # an earlier bind of this pod went through (a retry after a
+                # timeout): the device plugin allocates it and frees the
+                # lock as usual
+                LOG.info('pod %s was already bound to %s', key, node)
+                return
+            self._undo(node, namespace, name, err)
+            raise
         except exception.AmdgpuVirtError as err:
             self._undo(node, namespace, name, err)
             raise
         LOG.info('pod %s bound to %s', key, node)
+
+    def _bound_to(self, name: str, namespace: str) -> str | None:
+        try:
+            response = pods.call('GET pod %s/%s' % (namespace, name),
+                                 self.api.read_namespaced_pod, name,
+                                 namespace, _preload_content=False)
+        except exception.KubernetesError:
+            return None
+        node: str | None = (json.loads(response.data).get('spec') or {}).get(
+            'nodeName')
+        return node
 
     def _binding(self, name: str, namespace: str, node: str) -> None:
         body = {'apiVersion': 'v1', 'kind': 'Binding',

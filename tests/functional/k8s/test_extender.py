@@ -142,21 +142,35 @@ class ExtenderServiceTest(testtools.TestCase):
 
     # -- bind and the node lock ----------------------------------------------
 
+    def _bind_elsewhere(self, name: str, node: str) -> None:
+        self.cluster.api.create_namespaced_pod_binding(
+            name, 'team', {'apiVersion': 'v1', 'kind': 'Binding',
+                           'metadata': {'name': name},
+                           'target': {'kind': 'Node', 'name': node}},
+            _preload_content=False)
+
     def test_bind_failure_releases_the_lock(self) -> None:
         pod = self._pod('p')
         node = self.cluster.filter(pod)['NodeNames'][0]
-        # someone else binds it first: the binding answers 409
-        self.cluster.api.create_namespaced_pod_binding(
-            'p', 'team', {'apiVersion': 'v1', 'kind': 'Binding',
-                          'metadata': {'name': 'p'},
-                          'target': {'kind': 'Node', 'name': node}},
-            _preload_content=False)
+        # someone else binds it to another node: the binding answers 409
+        self._bind_elsewhere('p', next(n for n in NODES if n != node))
         answer = self.cluster.bind(pod, node)
         self.assertIn('pods/binding', answer['Error'])
         self.assertNotIn(hami.NODE_LOCK, self.server.get_object(
             'nodes', node)['metadata'].get('annotations', {}))
         self.assertEqual('failed', self.cluster.read_pod('team', 'p')[
             'metadata']['annotations'][hami.BIND_PHASE])
+
+    def test_bind_again_after_it_went_through(self) -> None:
+        pod = self._pod('p')
+        node = self.cluster.filter(pod)['NodeNames'][0]
+        self._bind_elsewhere('p', node)
+        self.assertEqual({'Error': ''}, self.cluster.bind(pod, node))
+        self.assertEqual('allocating', self.cluster.read_pod('team', 'p')[
+            'metadata']['annotations'][hami.BIND_PHASE])
+        self.assertTrue(hami.decode_node_lock(self.server.get_object(
+            'nodes', node)['metadata']['annotations'][hami.NODE_LOCK])
+            .held_by('team', 'p'))
 
     def test_bind_refuses_another_node_and_a_new_uid(self) -> None:
         pod = self._pod('p')
