@@ -94,6 +94,11 @@ class Cluster(fixtures.Fixture):
         self.kube = self.useFixture(kubeclient.ApiServerFixture(
             history=self.history))
         self.api = self.kube.api
+        for namespace, labels in (('team', None), ('secure', {
+                'amdgpu-virt.io/tenancy': 'isolated'})):
+            self.api.create_namespace(client.V1Namespace(
+                metadata=client.V1ObjectMeta(name=namespace,
+                                             labels=labels)))
         self.inventories: dict[str, HostInventory] = {}
         self.units: dict[str, tuple[devices.GpuUnit, ...]] = {}
         for name in self.node_names:
@@ -126,7 +131,9 @@ class Cluster(fixtures.Fixture):
             if time.monotonic() > deadline:
                 raise AssertionError('extender cache never synced')
             time.sleep(0.02)
-        self.webhook = webhook.make_server(webhook.WebhookPolicy())
+        self.webhook = webhook.make_server(
+            webhook.WebhookPolicy(),
+            namespace_labels=webhook.NamespaceLabelCache(self.api))
         thread = threading.Thread(target=self.webhook.serve_forever,
                                   daemon=True)
         thread.start()

@@ -200,6 +200,23 @@ class EndToEndTest(testtools.TestCase):
                                cluster.gpu_pod('bad', [{
                                    'amd.com/gpucores': '150'}]))
 
+    def test_isolated_tenants_get_whole_gpus_only(self) -> None:
+        self.assertRaisesRegex(
+            AssertionError, 'only gets whole GPUs', self.cluster.create,
+            cluster.gpu_pod('slice', [{'amd.com/gpucores': '50'}],
+                            namespace='secure'))
+        node, pod, responses = self._schedule(cluster.gpu_pod(
+            'whole', [{'amd.com/gpu': '1'}], namespace='secure'))
+        envs = dict(responses[0].envs)
+        self.assertNotIn('HSA_CU_MASK', envs)
+        self.assertNotIn('LD_AUDIT', envs)
+        (container,) = hami.decode_pod_devices(
+            pod['metadata']['annotations'][hami.DEVICES_ALLOCATED])
+        unit = {u.uuid: u for u in self.cluster.units[node]}[
+            container[0].uuid]
+        self.assertEqual((unit.vram_mib, unit.compute_units),
+                         (container[0].usedmem, container[0].usedcores))
+
     def test_pod_without_gpus_is_left_alone(self) -> None:
         pod = cluster.gpu_pod('cpu', [{}])
         pod['metadata']['uid'] = 'u'

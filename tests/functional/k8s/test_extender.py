@@ -81,6 +81,14 @@ class ExtenderServiceTest(testtools.TestCase):
         status, _body = http.request('POST', '/nothing', {})
         self.assertEqual(404, status)
 
+    def test_failed_annotation_write_cancels_the_reservation(self) -> None:
+        # never created: the annotation write answers 404
+        pod = cluster.gpu_pod('ghost', [{'amd.com/gpu': '1'}])
+        answer = self.cluster.filter(pod)
+        self.assertIn('PATCH pod team/ghost', answer['Error'])
+        self.assertEqual(0, self.cache.reservation_count())
+        self.assertIsNone(self.cache.placement('team/ghost'))
+
     def test_nodes_instead_of_node_names(self) -> None:
         pod = self._pod('p')
         nodes = {'items': [{'metadata': {'name': n}} for n in NODES]}
