@@ -7,8 +7,12 @@ backoff) and refuses a lock that is held, as HAMi does, even by the same
 pod, unless it is *stale*:
 
 * expired: older than the lock timeout (HAMi: 5 minutes);
-* unreadable (someone else's bad value);
 * its owner pod no longer exists, or has finished.
+
+A lock value that cannot be read is refused, as HAMi refuses it: it may
+be a live lock of a writer we do not understand, and two pods allocating
+on one node at once would confuse the device plugin. The error names the
+value; removing the annotation by hand frees the node.
 
 While the lock is held by another live pod, :meth:`NodeLocker.acquire`
 waits with backoff up to ``wait`` seconds and then gives up with
@@ -83,14 +87,20 @@ class NodeLocker:
         phase = (json.loads(response.data).get('status') or {}).get('phase')
         return phase in DONE_PHASES
 
-    def holder(self, value: str, now: datetime.datetime
-               ) -> hami.NodeLock | None:
-        """The live lock ``value`` stands for, or None when it is stale."""
+    def holder(self, value: str, now: datetime.datetime, node: str = '?',
+               requester: str = '?') -> hami.NodeLock | None:
+        """The live lock ``value`` stands for, or None when it is stale.
+
+        :raises NodeLockError: the value cannot be read (naming ``node``
+            and the ``requester`` pod).
+        """
         try:
             lock = hami.decode_node_lock(value)
         except exception.HamiProtocolError as err:
-            LOG.warning('Replacing an unreadable node lock: %s', err)
-            return None
+            raise exception.NodeLockError(
+                node=node, pod=requester,
+                reason='unreadable lock (%s); remove the annotation to free '
+                'the node' % err) from None
         if lock.expired(now, self.timeout):
             LOG.info('Node lock %r expired (older than %s)', value,
                      self.timeout)
@@ -116,7 +126,8 @@ class NodeLocker:
             meta = obj.get('metadata') or {}
             value = (meta.get('annotations') or {}).get(hami.NODE_LOCK)
             now = self.clock()
-            held = self.holder(value, now) if value else None
+            held = self.holder(value, now, node, '%s/%s' % (
+                namespace, pod)) if value else None
             if held is None:
                 body = {'metadata': {
                     'resourceVersion': meta.get('resourceVersion'),

@@ -255,14 +255,22 @@ class NodeLockerTest(testtools.TestCase):
                                     self.locker.acquire, 'n1', 'team', 'p')
             self.assertIn('held by team/%s' % owner, str(err))
 
+    def test_unreadable_lock_is_refused(self) -> None:
+        self._set('garbage,,')
+        err = self.assertRaises(exception.NodeLockError, self.locker.acquire,
+                                'n1', 'team', 'p')
+        self.assertIn("unreadable lock (Invalid hami.io/mutex.lock value "
+                      "'garbage,,'", str(err))
+        self.assertIn('Node n1', str(err))
+        self.assertEqual('garbage,,', self._lock())
+
     def test_stale_locks_are_taken_over(self) -> None:
         old = _now() - datetime.timedelta(minutes=6)
         for value in (
                 hami.encode_node_lock(hami.NodeLock(old, 'team', 'live')),
                 hami.format_rfc3339(old),
                 hami.encode_node_lock(hami.NodeLock(_now(), 'team',
-                                                    'gone')),
-                'garbage,,'):
+                                                    'gone'))):
             self._set(value)
             self.locker.acquire('n1', 'team', 'p')
             self.assertTrue(hami.decode_node_lock(
