@@ -521,7 +521,8 @@ class Watcher:
         response = self._response
         if response is not None:
             try:
-                response.shutdown()
+                # shutdown() unblocks a read in progress (urllib3 2.3+)
+                getattr(response, 'shutdown', response.close)()
             except Exception:  # closing a half-read stream may fail
                 LOG.debug('closing the %s watch failed', self.name,
                           exc_info=True)

@@ -4,14 +4,21 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
+import signal
+import socket
+import subprocess
+import sys
 import time
 from typing import Any
 
+import fixtures
 import testtools
 
 from amdgpu_virt import exception
 from amdgpu_virt.k8s import nodelock
 from amdgpu_virt.sharing import hami
+from tests.functional.fixtures import kubeclient
 from tests.functional.k8s import cluster
 
 NODES = ('n1', 'n2')
@@ -275,3 +282,45 @@ class NodeLockerTest(testtools.TestCase):
             self.locker.acquire('n1', 'team', 'p')
             self.assertTrue(hami.decode_node_lock(
                 self._lock() or '').held_by('team', 'p'), value)
+
+
+class SchedulerCommandTest(testtools.TestCase):
+    """``amdgpu-virt k8s scheduler`` as a process."""
+
+    def test_serves_until_sigterm(self) -> None:
+        kube = self.useFixture(kubeclient.ApiServerFixture())
+        directory = self.useFixture(fixtures.TempDir()).path
+        with socket.socket() as probe:
+            probe.bind(('127.0.0.1', 0))
+            port = probe.getsockname()[1]
+        config = os.path.join(directory, 'amdgpu-virt.conf')
+        with open(config, 'w') as stream:
+            stream.write('[kubernetes]\nkubeconfig = %s\n\n[scheduler]\n'
+                         'host = 127.0.0.1\nport = %d\n'
+                         % (kube.write_kubeconfig(directory), port))
+        log = os.path.join(directory, 'log')
+        with open(log, 'w') as output:
+            process = subprocess.Popen(
+                [sys.executable, '-m', 'amdgpu_virt.cmd.main',
+                 '--config-file', config, 'k8s', 'scheduler'],
+                stdout=output, stderr=subprocess.STDOUT)
+        self.addCleanup(process.wait, 10)
+        self.addCleanup(process.kill)
+        http = cluster.HttpJson('127.0.0.1', port)
+        self.addCleanup(http.close)
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if http.request('GET', '/readyz')[0] == 200:
+                    break
+            except OSError:
+                pass
+            if process.poll() is not None or time.monotonic() > deadline:
+                with open(log) as stream:
+                    self.fail('not ready: %s' % stream.read())
+            time.sleep(0.1)
+        answer = http.post('/filter', {'Pod': cluster.gpu_pod(
+            'p', [{'amd.com/gpu': '1'}]), 'NodeNames': ['nowhere']})
+        self.assertIn('nowhere', answer['FailedAndUnresolvableNodes'])
+        process.send_signal(signal.SIGTERM)
+        self.assertEqual(0, process.wait(20))
