@@ -188,3 +188,12 @@ class KubernetesConflict(KubernetesError):
 
 class AdmissionReviewError(KubernetesError):
     msg_fmt = 'Invalid AdmissionReview: %(field)s: %(reason)s'
+
+
+class ExtenderRequestError(KubernetesError):
+    msg_fmt = 'Invalid scheduler extender request: %(field)s: %(reason)s'
+
+
+class NodeLockError(KubernetesError):
+    msg_fmt = ('Node %(node)s: lock hami.io/mutex.lock not acquired for pod '
+               '%(pod)s: %(reason)s')

@@ -1,9 +1,10 @@
 """``amdgpu-virt k8s ...``: the Kubernetes daemons.
 
 ``k8s device plugin`` runs the kubelet device plugin on a node,
-``k8s agent`` keeps the node's GPU registration up to date, and
-``k8s webhook`` serves the admission webhook. Both run until SIGTERM or
-SIGINT and then shut down cleanly.
+``k8s agent`` keeps the node's GPU registration up to date,
+``k8s webhook`` serves the admission webhook and ``k8s scheduler`` the
+kube-scheduler extender. Each runs until SIGTERM or SIGINT and then shuts
+down cleanly.
 """
 
 from __future__ import annotations
@@ -89,4 +90,21 @@ class Webhook(command.Command):
         finally:
             server.shutdown()
             server.server_close()
+        return 0
+
+
+class Scheduler(command.Command):
+    """Serve the kube-scheduler extender (filter, prioritize, bind)."""
+
+    def take_action(self, parsed_args: argparse.Namespace) -> int:
+        from amdgpu_virt.k8s import extender
+
+        conf = self.app.get_conf()  # type: ignore[attr-defined]
+        service = extender.Service(conf)
+        stop = _until_signalled()
+        service.start()
+        try:
+            stop.wait()
+        finally:
+            service.stop()
         return 0

@@ -19,6 +19,7 @@ _MODULES = (
     'nova',
     'kubernetes',
     'pool',
+    'scheduler',
 )
 
 

@@ -30,13 +30,20 @@ def call(what: str, func: Any, *args: Any, **kwargs: Any) -> Any:
     :raises KubernetesError: any other API error.
     """
     try:
-        return func(*args, **kwargs)
+        result = func(*args, **kwargs)
     except k8s_exceptions.ConflictException:
         raise exception.KubernetesConflict(obj=what) from None
     except k8s_exceptions.ApiException as err:
         raise exception.KubernetesError(
             request=what, reason='%s %s' % (err.status, err.reason)
         ) from None
+    if kwargs.get('_preload_content') is False:
+        # read the body now (it stays in ``result.data``) and hand the
+        # connection back to the pool: an unread response would hold it
+        # until garbage collection, which then resets it
+        _body = result.data
+        result.release_conn()
+    return result
 
 
 class PodSource(abc.ABC):

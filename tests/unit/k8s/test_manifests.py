@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import configparser
 import glob
+import importlib.metadata
 import os
+import urllib.parse
 from typing import Any
 
 import kubernetes_validate
@@ -81,9 +83,10 @@ class ManifestTest(testtools.TestCase):
                          config['apiVersion'])
         (extender,) = config['extenders']
         self.assertEqual(
-            ('filter', 'bind', True, '30s'),
-            (extender['filterVerb'], extender['bindVerb'],
-             extender['nodeCacheCapable'], extender['httpTimeout']))
+            ('filter', 'prioritize', 'bind', True, '30s'),
+            (extender['filterVerb'], extender['prioritizeVerb'],
+             extender['bindVerb'], extender['nodeCacheCapable'],
+             extender['httpTimeout']))
         self.assertEqual(
             {'amd.com/gpu', 'amd.com/gpumem', 'amd.com/gpucores'},
             {r['name'] for r in extender['managedResources']
@@ -123,3 +126,37 @@ class ManifestTest(testtools.TestCase):
                 self.assertIn(key, group, '[%s] %s' % (section, key))
                 conf.set_override(key, value, group=section)
                 getattr(group, key)  # type and regex checks
+
+    def test_extender_container_matches_the_configuration(self) -> None:
+        data = _find('ConfigMap', 'amdgpu-virt-scheduler-config')['data']
+        (extender,) = yaml.safe_load(data['config.yaml'])['extenders']
+        url = urllib.parse.urlsplit(extender['urlPrefix'])
+        self.assertEqual(('http', '127.0.0.1'), (url.scheme, url.hostname))
+        pod = _find('Deployment', 'amdgpu-virt-scheduler')['spec'][
+            'template']['spec']
+        containers = {c['name']: c for c in pod['containers']}
+        ext = containers['extender']
+        self.assertEqual(['k8s', 'scheduler'], ext['command'][-2:])
+        self.assertEqual([url.port], [p['containerPort']
+                                      for p in ext['ports']])
+        for probe in ('readinessProbe', 'livenessProbe'):
+            self.assertEqual(url.port, ext[probe]['httpGet']['port'])
+        self.assertEqual('/readyz', ext['readinessProbe']['httpGet']['path'])
+        conf = conf_pkg.new_conf()
+        parser = configparser.ConfigParser()
+        parser.read_string(_find('ConfigMap', 'amdgpu-virt-config')['data'][
+            'amdgpu-virt.conf'])
+        self.assertEqual(str(url.port), parser['scheduler']['port'])
+        self.assertEqual(conf.scheduler.port, url.port)
+        # every amdgpu-virt command of the manifests is a known command
+        commands = {e.name for e in importlib.metadata.entry_points(
+            group='amdgpu_virt.cli')}
+        for _path, doc in _documents():
+            template = (doc.get('spec') or {}).get('template') or {}
+            for container in (template.get('spec') or {}).get(
+                    'containers', []):
+                command = container.get('command') or []
+                if command[:1] == ['amdgpu-virt']:
+                    words = command[3:]
+                    self.assertIn('_'.join(words), commands,
+                                  container['name'])

@@ -1,0 +1,81 @@
+"""Options of the ``[scheduler]`` group: the kube-scheduler extender."""
+
+from __future__ import annotations
+
+from oslo_config import cfg
+
+scheduler_group = cfg.OptGroup(
+    'scheduler', title='Kubernetes scheduler extender',
+    help='The HTTP extender kube-scheduler calls to filter, prioritize and '
+         'bind pods that request AMD GPUs (HAMi protocol).')
+
+scheduler_opts: list[cfg.Opt] = [
+    cfg.HostAddressOpt(
+        'host', default='127.0.0.1',
+        help='Address the extender listens on.\n\n'
+             'Possible values:\n\n'
+             '* 127.0.0.1: only kube-scheduler in the same pod reaches it '
+             '(probes then need the pod address, see the deployment '
+             'guide)\n'
+             '* 0.0.0.0 or another address\n\n'
+             'Related options:\n\n'
+             '* port\n'),
+    cfg.PortOpt(
+        'port', default=8888,
+        help='Port of the extender (plain HTTP; the KubeSchedulerConfiguration'
+             ' urlPrefix names it).\n\n'
+             'Possible values:\n\n'
+             '* a TCP port; 0 picks a free one (tests)\n\n'
+             'Related options:\n\n'
+             '* host\n'),
+    cfg.StrOpt(
+        'node_scheduler_policy', default='binpack',
+        choices=[('binpack', 'the busiest node that fits'),
+                 ('spread', 'the idlest node that fits')],
+        help='Node policy for pods without the annotation '
+             'hami.io/node-scheduler-policy.\n\n'
+             'Related options:\n\n'
+             '* gpu_scheduler_policy\n'),
+    cfg.StrOpt(
+        'gpu_scheduler_policy', default='spread',
+        choices=[('spread', 'the idlest GPU that fits'),
+                 ('binpack', 'the busiest GPU that fits'),
+                 ('numa', 'as spread, and a container\'s GPUs on one NUMA '
+                          'node'),
+                 ('topology-aware', 'ordered as spread'),
+                 ('mutex', 'ordered as spread')],
+        help='GPU policy for pods without the annotation '
+             'hami.io/gpu-scheduler-policy. Whatever the policy, GPUs whose '
+             'free CUs hold the request in one range come first.\n\n'
+             'Related options:\n\n'
+             '* node_scheduler_policy\n'
+             '* [sharing] cu_strategy\n'),
+    cfg.IntOpt(
+        'node_lock_timeout', default=300, min=1, max=86400,
+        help='Seconds after which a node lock (hami.io/mutex.lock) has '
+             'expired and may be taken over.\n\n'
+             'Possible values:\n\n'
+             '* 1 to 86400; HAMi uses 300\n'),
+    cfg.FloatOpt(
+        'node_lock_wait', default=10.0, min=0.0, max=25.0,
+        help='Seconds a bind waits for a node lock held by another pod '
+             'before it fails (kube-scheduler then retries the pod).\n\n'
+             'Possible values:\n\n'
+             '* 0 to 25; keep it well below the extender httpTimeout '
+             '(30s)\n'),
+    cfg.IntOpt(
+        'watch_timeout', default=300, min=10, max=3600,
+        help='Seconds one node or pod watch request lasts before the '
+             'extender renews it from the last version seen.\n\n'
+             'Possible values:\n\n'
+             '* 10 to 3600\n'),
+]
+
+
+def register_opts(conf: cfg.ConfigOpts) -> None:
+    conf.register_group(scheduler_group)
+    conf.register_opts(scheduler_opts, group=scheduler_group)
+
+
+def list_opts() -> list[tuple[cfg.OptGroup, list[cfg.Opt]]]:
+    return [(scheduler_group, scheduler_opts)]

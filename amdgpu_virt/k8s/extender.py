@@ -1,0 +1,523 @@
+"""The kube-scheduler extender for AMD GPUs (HAMi protocol).
+
+kube-scheduler (``nodeCacheCapable: true``) calls
+
+* ``POST /filter`` with ``ExtenderArgs{Pod, Nodes, NodeNames}``: the pod's
+  AMD GPU request is placed on ONE node by :func:`amdgpu_virt.k8s.fit.decide`
+  over the :class:`~amdgpu_virt.k8s.schedcache.ClusterCache` (reserved
+  there at once), the pod gets ``hami.io/amd-devices-to-allocate``,
+  ``hami.io/amd-devices-allocated``, ``hami.io/vgpu-node`` (also a label)
+  and ``hami.io/vgpu-time``, and the answer is
+  ``ExtenderFilterResult{NodeNames: [node], FailedNodes,
+  FailedAndUnresolvableNodes, Error}``;
+* ``POST /prioritize``: ``[HostPriority{Host, Score}]``, 0..10;
+* ``POST /bind`` with ``ExtenderBindingArgs{PodName, PodNamespace, PodUID,
+  Node}``: node lock, ``hami.io/bind-phase: allocating`` and
+  ``hami.io/bind-time``, then ``pods/binding``; on failure the lock is
+  released and ``ExtenderBindingResult{Error}`` says why.
+
+``GET /healthz``, ``GET /readyz`` (once the cache is synced) and
+``GET /metrics`` (Prometheus) complete the HTTP side.
+"""
+
+from __future__ import annotations
+
+import http.server
+import json
+import logging
+import re
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import prometheus_client
+
+from amdgpu_virt import exception
+from amdgpu_virt.k8s import fit
+from amdgpu_virt.k8s import nodelock
+from amdgpu_virt.k8s import pods
+from amdgpu_virt.k8s import schedcache
+from amdgpu_virt.sharing import hami
+
+LOG = logging.getLogger(__name__)
+
+_LABEL_VALUE = re.compile(r'^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$')
+_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5,
+            1.0, 2.5, 5.0, 10.0, 30.0)
+
+
+class Metrics:
+    """The extender's Prometheus metrics, in a registry of their own."""
+
+    def __init__(self, cache: schedcache.ClusterCache) -> None:
+        self.registry = prometheus_client.CollectorRegistry()
+        self.filter_seconds = prometheus_client.Histogram(
+            'amdgpu_virt_extender_filter_seconds',
+            'Time to answer /filter (decision and annotation write).',
+            buckets=_BUCKETS, registry=self.registry)
+        self.decide_seconds = prometheus_client.Histogram(
+            'amdgpu_virt_extender_decide_seconds',
+            'Time of the /filter decision on the cache alone.',
+            buckets=_BUCKETS, registry=self.registry)
+        self.bind_seconds = prometheus_client.Histogram(
+            'amdgpu_virt_extender_bind_seconds',
+            'Time to answer /bind (node lock, bind phase, binding).',
+            buckets=_BUCKETS, registry=self.registry)
+        self.decisions = prometheus_client.Counter(
+            'amdgpu_virt_extender_decisions',
+            'Answers by verb and result (fit, nofit, bound, error, '
+            'ignored).', ['verb', 'result'], registry=self.registry)
+        nodes = prometheus_client.Gauge(
+            'amdgpu_virt_extender_cache_nodes', 'Nodes in the cache.',
+            registry=self.registry)
+        nodes.set_function(cache.node_count)
+        gpu_pods = prometheus_client.Gauge(
+            'amdgpu_virt_extender_cache_pods',
+            'Live pods holding AMD GPUs in the cache.',
+            registry=self.registry)
+        gpu_pods.set_function(cache.pod_count)
+        reserved = prometheus_client.Gauge(
+            'amdgpu_virt_extender_cache_reservations',
+            'Filter decisions not yet seen back through the watch.',
+            registry=self.registry)
+        reserved.set_function(cache.reservation_count)
+
+    def render(self) -> bytes:
+        return prometheus_client.generate_latest(self.registry)
+
+
+def _field(args: Mapping[str, Any], name: str, kind: type) -> Any:
+    value = args.get(name)
+    if not isinstance(value, kind):
+        raise exception.ExtenderRequestError(
+            field=name, reason='missing or not a %s' % kind.__name__)
+    return value
+
+
+def _node_names(args: Mapping[str, Any]) -> tuple[list[str], bool]:
+    """(node names, whether they came as ``Nodes``)."""
+    names = args.get('NodeNames')
+    if isinstance(names, list):
+        if not all(isinstance(n, str) for n in names):
+            raise exception.ExtenderRequestError(
+                field='NodeNames', reason='not a list of names')
+        return names, False
+    nodes = args.get('Nodes')
+    if isinstance(nodes, Mapping) and isinstance(nodes.get('items'), list):
+        result = []
+        for number, node in enumerate(nodes['items']):
+            name = ((node or {}).get('metadata') or {}).get('name') \
+                if isinstance(node, Mapping) else None
+            if not isinstance(name, str):
+                raise exception.ExtenderRequestError(
+                    field='Nodes.items[%d].metadata.name' % number,
+                    reason='missing')
+            result.append(name)
+        return result, True
+    raise exception.ExtenderRequestError(
+        field='NodeNames', reason='neither NodeNames nor Nodes.items given')
+
+
+class Extender:
+    """Filter, prioritize and bind over a cache and a ``CoreV1Api``.
+
+    :param cache: the cluster view (fed by watchers).
+    :param core_api: the API client for annotation writes and bindings.
+    :param locker: node locks (default: a :class:`NodeLocker` on
+        ``core_api``).
+    :param default_node_policy: used when a pod does not say.
+    :param default_gpu_policy: used when a pod does not say.
+    """
+
+    def __init__(self, cache: schedcache.ClusterCache, core_api: Any,
+                 locker: nodelock.NodeLocker | None = None,
+                 default_node_policy: str =
+                 hami.DEFAULT_NODE_SCHEDULER_POLICY,
+                 default_gpu_policy: str = hami.DEFAULT_GPU_SCHEDULER_POLICY
+                 ) -> None:
+        self.cache = cache
+        self.api = core_api
+        self.locker = locker or nodelock.NodeLocker(core_api)
+        self.default_node_policy = default_node_policy
+        self.default_gpu_policy = default_gpu_policy
+        self.metrics = Metrics(cache)
+
+    def _request(self, pod: Mapping[str, Any]) -> fit.PodRequest:
+        return fit.pod_request(pod, self.default_node_policy,
+                               self.default_gpu_policy)
+
+    # -- filter ----------------------------------------------------------
+
+    def filter(self, args: Any) -> dict[str, Any]:
+        """Answer ``ExtenderArgs`` with an ``ExtenderFilterResult``."""
+        started = time.perf_counter()
+        try:
+            result, outcome = self._filter(args)
+        except exception.AmdgpuVirtError as err:
+            LOG.warning('filter refused: %s', err)
+            result, outcome = {'NodeNames': None, 'Nodes': None,
+                               'FailedNodes': {},
+                               'FailedAndUnresolvableNodes': {},
+                               'Error': str(err)}, 'error'
+        self.metrics.decisions.labels('filter', outcome).inc()
+        self.metrics.filter_seconds.observe(time.perf_counter() - started)
+        return result
+
+    def _filter(self, args: Any) -> tuple[dict[str, Any], str]:
+        if not isinstance(args, Mapping):
+            raise exception.ExtenderRequestError(field='(body)',
+                                                 reason='not an object')
+        pod = _field(args, 'Pod', Mapping)
+        names, as_nodes = _node_names(args)
+        meta = pod.get('metadata') or {}
+        namespace, name = meta.get('namespace'), meta.get('name')
+        if not isinstance(namespace, str) or not isinstance(name, str) or \
+                not name:
+            raise exception.ExtenderRequestError(
+                field='Pod.metadata', reason='namespace and name required')
+        key = '%s/%s' % (namespace, name)
+        request = self._request(pod)
+        if not request.wants_gpus:
+            return self._answer(args, names, as_nodes, {}, {}), 'ignored'
+        if not self.cache.synced:
+            raise exception.ExtenderRequestError(
+                field='(cache)', reason='the node and pod cache is not '
+                'synced yet; retry')
+        began = time.perf_counter()
+        decision = self.cache.decide_and_reserve(key, request, names)
+        self.metrics.decide_seconds.observe(time.perf_counter() - began)
+        if decision.fit is None:
+            LOG.info('pod %s fits no node: %s', key, '; '.join(
+                '%s: %s' % item for item in sorted(
+                    {**decision.failed, **decision.unresolvable}.items())
+                [:5]))
+            return self._answer(args, [], as_nodes, decision.failed,
+                                decision.unresolvable), 'nofit'
+        node = decision.fit.node
+        value = hami.encode_pod_devices(decision.fit.containers)
+        labels: dict[str, str | None] = {}
+        if _LABEL_VALUE.match(node) and len(node) <= 63:
+            labels[hami.VGPU_NODE] = node
+        body = {'metadata': {'labels': labels, 'annotations': {
+            hami.DEVICES_TO_ALLOCATE: value, hami.DEVICES_ALLOCATED: value,
+            hami.VGPU_NODE: node,
+            hami.VGPU_TIME: hami.encode_unix_time(time.time())}}}
+        try:
+            response = pods.call(
+                'PATCH pod %s' % key, self.api.patch_namespaced_pod, name,
+                namespace, body, _content_type=pods.MERGE_PATCH,
+                _preload_content=False)
+        except exception.KubernetesError:
+            self.cache.cancel(key)
+            raise
+        try:
+            version: int | None = int(json.loads(response.data).get(
+                'metadata', {}).get('resourceVersion'))
+        except (TypeError, ValueError):
+            version = None
+        self.cache.confirm(key, version)
+        LOG.info('pod %s -> node %s: %s', key, node, value)
+        return self._answer(args, [node], as_nodes, decision.failed,
+                            decision.unresolvable), 'fit'
+
+    @staticmethod
+    def _answer(args: Mapping[str, Any], names: list[str], as_nodes: bool,
+                failed: Mapping[str, str],
+                unresolvable: Mapping[str, str]) -> dict[str, Any]:
+        result: dict[str, Any] = {
+            'NodeNames': None if as_nodes else names, 'Nodes': None,
+            'FailedNodes': dict(failed),
+            'FailedAndUnresolvableNodes': dict(unresolvable), 'Error': ''}
+        if as_nodes:
+            wanted = set(names)
+            nodes = dict(args['Nodes'])
+            nodes['items'] = [n for n in args['Nodes']['items']
+                              if n['metadata']['name'] in wanted]
+            result['Nodes'] = nodes
+        return result
+
+    # -- prioritize --------------------------------------------------------
+
+    def prioritize(self, args: Any) -> list[dict[str, Any]]:
+        """``[HostPriority{Host, Score}]``: 10 for the node the filter
+        chose, else by the pod's node policy (busier nodes higher for
+        binpack, idler for spread)."""
+        if not isinstance(args, Mapping):
+            raise exception.ExtenderRequestError(field='(body)',
+                                                 reason='not an object')
+        pod = _field(args, 'Pod', Mapping)
+        names, _as_nodes = _node_names(args)
+        try:
+            request = self._request(pod)
+        except exception.ExtenderRequestError:
+            return [{'Host': n, 'Score': 0} for n in names]
+        chosen = self.cache.placement(schedcache.pod_key(pod))
+        result = []
+        for name in names:
+            view = self.cache.view(name)
+            if name == chosen:
+                score = 10
+            elif view is None or not view.gpus:
+                score = 0
+            else:
+                usage = view.usage if request.node_policy == 'binpack' \
+                    else 1.0 - view.usage
+                score = max(0, min(9, int(usage * 10)))
+            result.append({'Host': name, 'Score': score})
+        self.metrics.decisions.labels('prioritize', 'ok').inc()
+        return result
+
+    # -- bind --------------------------------------------------------------
+
+    def bind(self, args: Any) -> dict[str, Any]:
+        """Answer ``ExtenderBindingArgs`` with ``ExtenderBindingResult``."""
+        started = time.perf_counter()
+        try:
+            self._bind(args)
+            result, outcome = {'Error': ''}, 'bound'
+        except exception.AmdgpuVirtError as err:
+            LOG.warning('bind refused: %s', err)
+            result, outcome = {'Error': str(err)}, 'error'
+        self.metrics.decisions.labels('bind', outcome).inc()
+        self.metrics.bind_seconds.observe(time.perf_counter() - started)
+        return result
+
+    def _bind(self, args: Any) -> None:
+        if not isinstance(args, Mapping):
+            raise exception.ExtenderRequestError(field='(body)',
+                                                 reason='not an object')
+        name = _field(args, 'PodName', str)
+        namespace = _field(args, 'PodNamespace', str)
+        node = _field(args, 'Node', str)
+        uid = args.get('PodUID')
+        key = '%s/%s' % (namespace, name)
+        response = pods.call('GET pod %s' % key,
+                             self.api.read_namespaced_pod, name, namespace,
+                             _preload_content=False)
+        pod = json.loads(response.data)
+        meta = pod.get('metadata') or {}
+        if uid and meta.get('uid') and uid != meta.get('uid'):
+            raise exception.ExtenderRequestError(
+                field='PodUID', reason='%s is not the uid of pod %s (%s); '
+                'it was deleted and created again' % (uid, key,
+                                                      meta.get('uid')))
+        annotations = meta.get('annotations') or {}
+        if hami.DEVICES_TO_ALLOCATE not in annotations:
+            if self._request(pod).wants_gpus:
+                raise exception.AnnotationError(
+                    key=hami.DEVICES_TO_ALLOCATE, obj='pod %s' % key,
+                    reason='missing: the pod asks for AMD GPUs but was not '
+                    'filtered by this extender')
+            self._binding(name, namespace, node)
+            return
+        chosen = annotations.get(hami.VGPU_NODE)
+        if chosen != node:
+            raise exception.AnnotationError(
+                key=hami.VGPU_NODE, obj='pod %s' % key,
+                reason='the filter chose node %r, bind asks for %r'
+                % (chosen, node))
+        self.locker.acquire(node, namespace, name)
+        try:
+            pods.call('PATCH pod %s' % key, self.api.patch_namespaced_pod,
+                      name, namespace, {'metadata': {'annotations': {
+                          hami.BIND_PHASE: hami.BindPhase.ALLOCATING.value,
+                          hami.BIND_TIME: hami.encode_unix_time(
+                              time.time())}}},
+                      _content_type=pods.MERGE_PATCH,
+                      _preload_content=False)
+            self._binding(name, namespace, node)
+        except exception.KubernetesConflict as err:
+            if self._bound_to(name, namespace) == node:
+                # an earlier bind of this pod went through (a retry after a
+                # timeout): the device plugin allocates it and frees the
+                # lock as usual
+                LOG.info('pod %s was already bound to %s', key, node)
+                return
+            self._undo(node, namespace, name, err)
+            raise
+        except exception.AmdgpuVirtError as err:
+            self._undo(node, namespace, name, err)
+            raise
+        LOG.info('pod %s bound to %s', key, node)
+
+    def _bound_to(self, name: str, namespace: str) -> str | None:
+        try:
+            response = pods.call('GET pod %s/%s' % (namespace, name),
+                                 self.api.read_namespaced_pod, name,
+                                 namespace, _preload_content=False)
+        except exception.KubernetesError:
+            return None
+        node: str | None = (json.loads(response.data).get('spec') or {}).get(
+            'nodeName')
+        return node
+
+    def _binding(self, name: str, namespace: str, node: str) -> None:
+        body = {'apiVersion': 'v1', 'kind': 'Binding',
+                'metadata': {'name': name, 'namespace': namespace},
+                'target': {'apiVersion': 'v1', 'kind': 'Node',
+                           'name': node}}
+        pods.call('POST pods/binding %s/%s' % (namespace, name),
+                  self.api.create_namespaced_pod_binding, name, namespace,
+                  body, _preload_content=False)
+
+    def _undo(self, node: str, namespace: str, name: str,
+              err: Exception) -> None:
+        """Best effort after a failed bind: bind phase failed, lock
+        released."""
+        try:
+            pods.call('PATCH pod %s/%s' % (namespace, name),
+                      self.api.patch_namespaced_pod, name, namespace,
+                      {'metadata': {'annotations': {
+                          hami.BIND_PHASE: hami.BindPhase.FAILED.value}}},
+                      _content_type=pods.MERGE_PATCH,
+                      _preload_content=False)
+        except exception.AmdgpuVirtError as second:
+            LOG.warning('pod %s/%s: bind phase not marked failed: %s',
+                        namespace, name, second)
+        try:
+            self.locker.release(node, namespace, name)
+        except exception.AmdgpuVirtError as second:
+            LOG.warning('node %s: lock of %s/%s not released after %s: %s',
+                        node, namespace, name, err, second)
+
+
+# --- HTTP -------------------------------------------------------------------
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = 'HTTP/1.1'
+    # headers and body go out in two writes: without this, Nagle's
+    # algorithm and the client's delayed ACK add ~40 ms to small answers
+    disable_nagle_algorithm = True
+    server: _ExtenderServer
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        LOG.debug('extender %s - %s', self.address_string(), format % args)
+
+    def _send(self, code: int, data: bytes,
+              content_type: str = 'application/json') -> None:
+        self.send_response(code)
+        self.send_header('Content-Type', content_type)
+        self.send_header('Content-Length', str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _json(self, code: int, body: Any) -> None:
+        self._send(code, json.dumps(body).encode())
+
+    def do_GET(self) -> None:
+        path = self.path.split('?')[0].rstrip('/')
+        extender = self.server.extender
+        if path.endswith('/healthz'):
+            self._json(200, {'status': 'ok'})
+        elif path.endswith('/readyz'):
+            if extender.cache.synced:
+                self._json(200, {'status': 'ok'})
+            else:
+                self._json(503, {'status': 'cache not synced'})
+        elif path.endswith('/metrics'):
+            self._send(200, extender.metrics.render(),
+                       prometheus_client.CONTENT_TYPE_LATEST)
+        else:
+            self._json(404, {'error': 'no such path %s' % self.path})
+
+    def do_POST(self) -> None:
+        verb = self.path.split('?')[0].rstrip('/').rsplit('/', 1)[-1]
+        extender = self.server.extender
+        handlers = {'filter': extender.filter,
+                    'prioritize': extender.prioritize,
+                    'bind': extender.bind}
+        if verb not in handlers:
+            self._json(404, {'error': 'no such path %s' % self.path})
+            return
+        try:
+            length = int(self.headers.get('Content-Length') or 0)
+            args = json.loads(self.rfile.read(length) or b'null')
+        except ValueError as err:
+            body: Any = {'Error': 'request body is not JSON: %s' % err}
+            if verb == 'filter':
+                body.update(NodeNames=None, FailedNodes={})
+            self._json(400 if verb == 'prioritize' else 200, body)
+            return
+        try:
+            self._json(200, handlers[verb](args))
+        except exception.ExtenderRequestError as err:
+            self._json(400, {'Error': str(err)})
+        except Exception as err:  # answer rather than drop the connection
+            LOG.exception('extender %s failed', verb)
+            self._json(500, {'Error': 'internal error: %s' % err})
+
+
+class _ExtenderServer(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+    extender: Extender
+
+
+def make_server(extender: Extender, host: str = '127.0.0.1',
+                port: int = 0) -> _ExtenderServer:
+    """An HTTP server for the extender; call ``serve_forever``."""
+    server = _ExtenderServer((host, port), _Handler)
+    server.extender = extender
+    return server
+
+
+class Service:
+    """The extender, its watchers and its HTTP server, run together.
+
+    :param conf: configuration (``[scheduler]``, ``[sharing]``,
+        ``[kubernetes]`` options).
+    :param core_api: the API client (default: from ``[kubernetes]
+        kubeconfig``).
+    """
+
+    def __init__(self, conf: Any, core_api: Any | None = None) -> None:
+        import datetime
+
+        from amdgpu_virt.sharing import allocator
+
+        group = conf.scheduler
+        if core_api is None:
+            from amdgpu_virt.k8s import client as k8s_client
+            core_api = k8s_client.core_api(conf)
+        self.cache = schedcache.ClusterCache(
+            allocator.load_strategy(conf.sharing.cu_strategy),
+            conf.kubernetes.resource_name)
+        locker = nodelock.NodeLocker(
+            core_api, timeout=datetime.timedelta(
+                seconds=group.node_lock_timeout),
+            wait=group.node_lock_wait)
+        self.extender = Extender(
+            self.cache, core_api, locker,
+            default_node_policy=group.node_scheduler_policy,
+            default_gpu_policy=group.gpu_scheduler_policy)
+        self.watchers = schedcache.watchers(self.cache, core_api,
+                                            group.watch_timeout)
+        try:
+            self.server = make_server(self.extender, group.host, group.port)
+        except OSError as err:
+            raise exception.ConfigError(option='[scheduler] host/port',
+                                        reason=str(err)) from None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def address(self) -> tuple[str, int]:
+        host, port = self.server.server_address[:2]
+        return str(host), int(port)
+
+    def start(self) -> Service:
+        for watcher in self.watchers:
+            watcher.start()
+        self._thread = threading.Thread(target=self.server.serve_forever,
+                                        daemon=True, name='extender')
+        self._thread.start()
+        LOG.info('Scheduler extender listening on %s:%d', *self.address)
+        return self
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        for watcher in self.watchers:
+            watcher.stop()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+            self._thread = None

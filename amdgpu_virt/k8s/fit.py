@@ -1,0 +1,639 @@
+"""Which node and GPUs a pod gets: the scheduler extender's decision.
+
+Pure functions over plain pod dicts and HAMi registrations, with HAMi's
+semantics:
+
+* a container asks for ``amd.com/gpu`` GPUs (1 when only ``gpumem`` or
+  ``gpucores`` is given), ``amd.com/gpumem`` MiB on each (0 or absent: the
+  whole card's memory) and ``amd.com/gpucores`` percent of each GPU's CUs
+  (absent: 100); ``gpucores: 100`` without ``gpumem`` is a whole GPU. Pod
+  limits count; requests are read only when a limit is missing;
+* a GPU takes a container while it has a free slot (``count`` of the
+  registration), the CUs (``percent_to_cus``) and the memory, passes the
+  pod's ``amd.com/use-gputype``, ``nouse-gputype``, ``use-gpu-uuid`` and
+  ``nouse-gpu-uuid`` annotations and is healthy;
+* among the GPUs that fit, those whose free CUs hold the request in one
+  range (the CU allocator's view of the node, see :func:`build_view`) come
+  first, then ``hami.io/gpu-scheduler-policy`` (``binpack``: the busiest
+  GPU, ``spread``: the idlest; ``numa`` also keeps a container's GPUs on
+  one NUMA node; ``topology-aware`` and ``mutex`` order as ``spread``),
+  then the smallest free range that holds the request, then GPU index;
+* among nodes, ``hami.io/node-scheduler-policy`` picks the busiest
+  (``binpack``) or idlest (``spread``) node that fits, by the usage before
+  the pod (ties: node name), so a decision looks at as few nodes as it
+  needs.
+
+"Does not fit" is a readable reason string, never an exception.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import logging
+import operator
+from collections.abc import Iterable
+from collections.abc import Mapping
+from collections.abc import Sequence
+from typing import Any
+
+from amdgpu_virt import exception
+from amdgpu_virt.sharing import allocator
+from amdgpu_virt.sharing import hami
+
+LOG = logging.getLogger(__name__)
+
+MANAGED_RESOURCES = (hami.RESOURCE_GPU, hami.RESOURCE_GPUMEM,
+                     hami.RESOURCE_GPUCORES)
+_FORBIDDEN_TEXT = ',:;'
+
+
+# --- what a pod asks for -----------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class ContainerRequest:
+    """What one container asks of each of its GPUs.
+
+    :ivar name: container name (for reasons).
+    :ivar nums: GPUs (0: the container asks for none).
+    :ivar mem: MiB per GPU; 0 means the whole card's memory.
+    :ivar percent: percent of each GPU's CUs, 1..100.
+    """
+
+    name: str
+    nums: int = 0
+    mem: int = 0
+    percent: int = 100
+
+    @property
+    def exclusive(self) -> bool:
+        """A whole GPU: all CUs and no memory limit."""
+        return self.percent == 100 and not self.mem
+
+    def describe(self) -> str:
+        what = '%d GPU%s' % (self.nums, '' if self.nums == 1 else 's')
+        if self.exclusive:
+            return '%s, whole' % what
+        return '%s, %d%% of CUs, %s' % (
+            what, self.percent, '%d MiB' % self.mem if self.mem
+            else 'all memory')
+
+
+@dataclasses.dataclass(frozen=True)
+class PodRequest:
+    """The AMD GPU request of a pod, init containers first."""
+
+    containers: tuple[ContainerRequest, ...]
+    use_types: tuple[str, ...] = ()
+    nouse_types: tuple[str, ...] = ()
+    use_uuids: frozenset[str] = frozenset()
+    nouse_uuids: frozenset[str] = frozenset()
+    node_policy: str = hami.DEFAULT_NODE_SCHEDULER_POLICY
+    gpu_policy: str = hami.DEFAULT_GPU_SCHEDULER_POLICY
+
+    @property
+    def wants_gpus(self) -> bool:
+        return any(c.nums for c in self.containers)
+
+
+def _quantity(field: str, value: Any) -> int:
+    if isinstance(value, bool):
+        raise exception.ExtenderRequestError(
+            field=field, reason='%r is not a whole number' % (value,))
+    if isinstance(value, int):
+        number = value
+    elif isinstance(value, str) and value.strip().lstrip('+').isdigit() \
+            and value.strip().isascii():
+        number = int(value.strip())
+    else:
+        raise exception.ExtenderRequestError(
+            field=field, reason='%r is not a whole number' % (value,))
+    if number > (1 << 31) - 1:
+        raise exception.ExtenderRequestError(
+            field=field, reason='%d is too large' % number)
+    return number
+
+
+def _words(annotations: Mapping[str, Any], key: str) -> tuple[str, ...]:
+    value = annotations.get(key)
+    if not isinstance(value, str):
+        return ()
+    return tuple(w.strip().lower() for w in value.split(',') if w.strip())
+
+
+def pod_request(pod: Mapping[str, Any],
+                default_node_policy: str = hami.DEFAULT_NODE_SCHEDULER_POLICY,
+                default_gpu_policy: str = hami.DEFAULT_GPU_SCHEDULER_POLICY
+                ) -> PodRequest:
+    """Decode a pod's AMD GPU request (``Pod`` as the API serves it).
+
+    :raises ExtenderRequestError: a non-integer or out-of-range resource,
+        or an unknown scheduling policy, naming the container and field.
+    """
+    if not isinstance(pod, Mapping):
+        raise exception.ExtenderRequestError(field='Pod',
+                                             reason='not an object')
+    spec = pod.get('spec') or {}
+    meta = pod.get('metadata') or {}
+    if not isinstance(spec, Mapping) or not isinstance(meta, Mapping):
+        raise exception.ExtenderRequestError(
+            field='Pod.spec', reason='spec and metadata must be objects')
+    containers = []
+    for kind in ('initContainers', 'containers'):
+        items = spec.get(kind) or []
+        if not isinstance(items, list):
+            raise exception.ExtenderRequestError(
+                field='Pod.spec.%s' % kind, reason='not a list')
+        for number, container in enumerate(items):
+            if not isinstance(container, Mapping):
+                raise exception.ExtenderRequestError(
+                    field='Pod.spec.%s[%d]' % (kind, number),
+                    reason='not an object')
+            name = str(container.get('name') or '#%d' % number)
+            resources = container.get('resources') or {}
+            limits = dict(resources.get('requests') or {}) \
+                if isinstance(resources, Mapping) else {}
+            limits.update((resources.get('limits') or {})
+                          if isinstance(resources, Mapping) else {})
+            where = 'Pod.spec.%s[%s].resources.limits' % (kind, name)
+            present = [r for r in MANAGED_RESOURCES if r in limits]
+            if not present:
+                containers.append(ContainerRequest(name))
+                continue
+            nums = _quantity('%s[%s]' % (where, hami.RESOURCE_GPU),
+                             limits[hami.RESOURCE_GPU]) \
+                if hami.RESOURCE_GPU in limits else 1
+            mem = _quantity('%s[%s]' % (where, hami.RESOURCE_GPUMEM),
+                            limits.get(hami.RESOURCE_GPUMEM, 0))
+            percent = _quantity('%s[%s]' % (where, hami.RESOURCE_GPUCORES),
+                                limits.get(hami.RESOURCE_GPUCORES, 100))
+            if not 1 <= percent <= 100:
+                raise exception.ExtenderRequestError(
+                    field='%s[%s]' % (where, hami.RESOURCE_GPUCORES),
+                    reason='%d is not a percentage in 1..100' % percent)
+            containers.append(ContainerRequest(name, nums, mem, percent))
+    annotations = meta.get('annotations') or {}
+    if not isinstance(annotations, Mapping):
+        annotations = {}
+    policies = []
+    for key, default, allowed in (
+            (hami.NODE_SCHEDULER_POLICY, default_node_policy,
+             hami.NODE_SCHEDULER_POLICIES),
+            (hami.GPU_SCHEDULER_POLICY, default_gpu_policy,
+             hami.GPU_SCHEDULER_POLICIES)):
+        value = annotations.get(key) or default
+        if value not in allowed:
+            raise exception.ExtenderRequestError(
+                field='Pod.metadata.annotations[%s]' % key,
+                reason='%r is none of %s' % (value, ', '.join(allowed)))
+        policies.append(str(value))
+    return PodRequest(
+        containers=tuple(containers),
+        use_types=_words(annotations, hami.USE_GPUTYPE),
+        nouse_types=_words(annotations, hami.NOUSE_GPUTYPE),
+        use_uuids=frozenset(_words(annotations, hami.USE_GPU_UUID)),
+        nouse_uuids=frozenset(_words(annotations, hami.NOUSE_GPU_UUID)),
+        node_policy=policies[0], gpu_policy=policies[1])
+
+
+# --- what a node offers ------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class GpuState:
+    """One registered GPU and what the node's pods use of it.
+
+    :ivar free_mask: free CUs in the CU allocator's view (pods' stored
+        ranges, and ranges the strategy would give to pods not allocated
+        yet), whole allocation units only.
+    """
+
+    info: hami.DeviceInfo
+    unit: int
+    used_slots: int
+    used_cores: int
+    used_mem: int
+    free_mask: int
+
+    @property
+    def free_cores(self) -> int:
+        return self.info.devcore - self.used_cores
+
+    @property
+    def free_mem(self) -> int:
+        return self.info.devmem - self.used_mem
+
+    @property
+    def usage(self) -> float:
+        """Slots, CUs and memory used, each as a fraction, summed (0..3)."""
+        info = self.info
+        return (self.used_slots / info.count if info.count > 0 else 1.0) + \
+            self.used_cores / info.devcore + self.used_mem / info.devmem
+
+
+@dataclasses.dataclass(frozen=True)
+class NodeView:
+    """A node's AMD GPUs as the extender sees them.
+
+    :ivar problem: why nothing may be placed here (fail closed), or None.
+    :ivar usage: mean GPU usage, 0..1 (the node policies' measure).
+    """
+
+    name: str
+    gpus: tuple[GpuState, ...]
+    problem: str | None = None
+    usage: float = 0.0
+    #: most free CUs / MiB on one GPU, and GPUs with a free slot
+    max_free_cores: int = 0
+    max_free_mem: int = 0
+    open_gpus: int = 0
+    #: sort keys of the node policies (busiest or idlest first, by name)
+    rank_binpack: tuple[float, str] = (0.0, '')
+    rank_spread: tuple[float, str] = (0.0, '')
+
+
+def usable_device(device: hami.DeviceInfo) -> str | None:
+    """Why a registered device cannot be scheduled on (None: it can)."""
+    if not device.is_amd:
+        return 'type %r is not an AMD device' % device.type
+    if not device.id or any(c in device.id for c in _FORBIDDEN_TEXT):
+        return 'id %r is empty or holds one of %s' % (device.id,
+                                                     _FORBIDDEN_TEXT)
+    if any(c in device.type for c in _FORBIDDEN_TEXT):
+        return 'type %r holds one of %s' % (device.type, _FORBIDDEN_TEXT)
+    if device.devcore <= 0 or device.devcore > allocator.MAX_CUS:
+        return 'devcore %d is not a CU count' % device.devcore
+    if device.devmem <= 0:
+        return 'devmem %d is not a memory size' % device.devmem
+    if device.count <= 0:
+        return 'count %d offers no slot' % device.count
+    if device.devcore % device.cu_unit:
+        return '%d CUs are not whole units of %d' % (device.devcore,
+                                                     device.cu_unit)
+    return None
+
+
+#: (owner, devices of each container, CU ranges per GPU uuid or None)
+PodUsage = tuple[str, hami.PodDevices, Mapping[str, int] | None]
+
+
+def build_view(name: str, devices: Sequence[hami.DeviceInfo],
+               pods: Iterable[PodUsage],
+               strategy: allocator.CuStrategy | None = None,
+               problem: str | None = None) -> NodeView:
+    """The node's GPUs with their usage.
+
+    :param devices: usable AMD devices (see :func:`usable_device`); a
+        device registered twice is kept once.
+    :param pods: usage of the node's live pods.
+    :param strategy: CU strategy of the device plugin (for the ranges of
+        pods not allocated yet).
+    :param problem: a known reason to place nothing here.
+    """
+    strategy = strategy or allocator.BestFitStrategy()
+    by_id: dict[str, hami.DeviceInfo] = {}
+    for device in devices:
+        by_id.setdefault(device.id.lower(), device)
+    slots = collections.Counter[str]()
+    cores = collections.Counter[str]()
+    mem = collections.Counter[str]()
+    pending: list[tuple[str, str, int]] = []
+    stored: list[tuple[str, str, int]] = []
+    for owner, containers, cu_masks in pods:
+        mine = collections.Counter[str]()
+        for container in containers:
+            for used in container:
+                uuid = used.uuid.lower()
+                if uuid not in by_id:
+                    LOG.debug('node %s: pod %s uses GPU %s, which is not '
+                              'registered; ignored', name, owner, used.uuid)
+                    continue
+                slots[uuid] += 1
+                cores[uuid] += used.usedcores
+                mem[uuid] += used.usedmem
+                mine[uuid] += used.usedcores
+        for uuid, count in mine.items():
+            mask = (cu_masks or {}).get(uuid)
+            if mask is None:
+                for key, value in (cu_masks or {}).items():
+                    if key.lower() == uuid:
+                        mask = value
+            if mask:
+                stored.append((owner, uuid, mask))
+                count -= mask.bit_count()
+            if count > 0:
+                pending.append((owner, uuid, count))
+    allocators = {}
+    for uuid, device in by_id.items():
+        allocators[uuid] = allocator.CuAllocator(
+            uuid, device.devcore, unit=device.cu_unit, strategy=strategy)
+    for owner, uuid, mask in stored:
+        try:
+            allocators[uuid].claim_mask(owner, mask)
+        except exception.SharingError as err:
+            problem = problem or 'pod %s: stored CU ranges unusable: %s' % (
+                owner, err)
+    for owner, uuid, count in pending:
+        alloc = allocators[uuid]
+        if count >= alloc.total:
+            if not alloc.used_count:
+                alloc.claim_mask(owner + '#pending', alloc.full_mask)
+            continue
+        try:
+            alloc.allocate_mask(owner + '#pending', count)
+        except exception.SharingError:
+            # over-committed by someone else: the counts still say so
+            LOG.debug('node %s: %d CUs of %s for %s do not fit the CU view',
+                      name, count, uuid, owner)
+    states = []
+    for uuid, device in by_id.items():
+        alloc = allocators[uuid]
+        free = allocator.whole_units(alloc.free_mask, device.cu_unit)
+        states.append(GpuState(device, device.cu_unit, slots[uuid],
+                               cores[uuid], mem[uuid], free))
+    states.sort(key=lambda s: (s.info.index, s.info.id))
+    usage = sum(s.usage for s in states) / (3 * len(states)) if states \
+        else 0.0
+    healthy = [s for s in states if s.info.health]
+    return NodeView(
+        name=name, gpus=tuple(states), problem=problem, usage=usage,
+        max_free_cores=max((min(s.free_cores, s.free_mask.bit_count())
+                            for s in healthy), default=0),
+        max_free_mem=max((s.free_mem for s in healthy), default=0),
+        open_gpus=sum(1 for s in healthy
+                      if s.used_slots < s.info.count),
+        rank_binpack=(-usage, name), rank_spread=(usage, name))
+
+
+# --- the decision ------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class NodeFit:
+    """A pod placed on a node: the GPUs of each container."""
+
+    node: str
+    containers: hami.PodDevices
+
+
+@dataclasses.dataclass
+class _Tentative:
+    slots: int
+    cores: int
+    mem: int
+    free_mask: int
+
+
+def _smallest_run(free: int, count: int) -> int | None:
+    """Length of the smallest run of ``free`` holding ``count`` bits."""
+    best = None
+    for _start, length in allocator.runs(free):
+        if length >= count and (best is None or length < best):
+            best = length
+            if length == count:
+                break
+    return best
+
+
+def _gpu_problem(gpu: GpuState, state: _Tentative, want: ContainerRequest,
+                 request: PodRequest, cus: int, mem: int) -> str | None:
+    info = gpu.info
+    kind = info.type.lower()
+    if request.use_types and not any(t in kind for t in request.use_types):
+        return 'type not in %s' % hami.USE_GPUTYPE
+    if request.nouse_types and any(t in kind for t in request.nouse_types):
+        return 'type in %s' % hami.NOUSE_GPUTYPE
+    uuid = info.id.lower()
+    if request.use_uuids and uuid not in request.use_uuids:
+        return 'not in %s' % hami.USE_GPU_UUID
+    if uuid in request.nouse_uuids:
+        return 'in %s' % hami.NOUSE_GPU_UUID
+    if not info.health:
+        return 'unhealthy'
+    if mem > info.devmem:
+        return 'too little memory (%d MiB, %d asked)' % (info.devmem, mem)
+    if state.slots >= info.count:
+        return 'all %d slots taken' % info.count
+    if want.exclusive and state.slots:
+        return 'in use (a whole GPU was asked)'
+    if info.devmem - state.mem < mem:
+        return 'too little free memory (%d MiB asked)' % mem
+    if info.devcore - state.cores < cus or state.free_mask.bit_count() < cus:
+        return 'too few free CUs (%d asked)' % cus
+    return None
+
+
+def fit_node(view: NodeView, request: PodRequest,
+             strategy: allocator.CuStrategy | None = None
+             ) -> NodeFit | str:
+    """Place every container of ``request`` on ``view``'s GPUs.
+
+    :returns: the placement, or why the node does not fit.
+    """
+    if view.problem:
+        return view.problem
+    if not view.gpus:
+        return 'no AMD GPU registered in %s' % hami.NODE_REGISTER
+    strategy = strategy or allocator.BestFitStrategy()
+    tentative = {gpu.info.id: _Tentative(gpu.used_slots, gpu.used_cores,
+                                         gpu.used_mem, gpu.free_mask)
+                 for gpu in view.gpus}
+    placed: list[tuple[hami.ContainerDevice, ...]] = []
+    binpack = request.gpu_policy == 'binpack'
+    for want in request.containers:
+        if not want.nums:
+            placed.append(())
+            continue
+        if want.nums > len(view.gpus):
+            return 'container %r asks for %d GPUs, the node has %d' % (
+                want.name, want.nums, len(view.gpus))
+        candidates = []
+        problems = collections.Counter[str]()
+        for gpu in view.gpus:
+            info = gpu.info
+            state = tentative[info.id]
+            try:
+                cus = hami.percent_to_cus(want.percent, info.devcore,
+                                          gpu.unit)
+            except exception.HamiProtocolError as err:
+                problems[str(err)] += 1
+                continue
+            mem = want.mem or info.devmem
+            if want.exclusive:
+                cus = info.devcore
+            problem = _gpu_problem(gpu, state, want, request, cus, mem)
+            if problem:
+                problems[problem] += 1
+                continue
+            run = _smallest_run(state.free_mask, cus)
+            usage = (state.slots / info.count + state.cores / info.devcore
+                     + state.mem / info.devmem)
+            key = (run is None, -usage if binpack else usage,
+                   run or 0, info.index, info.id)
+            candidates.append((key, gpu, cus, mem))
+        if len(candidates) < want.nums:
+            return 'container %r (%s): %d of %d GPUs fit%s' % (
+                want.name, want.describe(), len(candidates), len(view.gpus),
+                (': ' + ', '.join('%d %s' % (n, p) for p, n in sorted(
+                    problems.items(), key=lambda i: (-i[1], i[0]))))
+                if problems else '')
+        candidates.sort(key=lambda c: c[0])
+        if request.gpu_policy == 'numa' and want.nums > 1:
+            groups: dict[int, list[Any]] = collections.defaultdict(list)
+            for candidate in candidates:
+                groups[candidate[1].info.numa].append(candidate)
+            fitting = [g for g in groups.values() if len(g) >= want.nums]
+            if not fitting:
+                return 'container %r (%s): no NUMA node has %d GPUs that ' \
+                    'fit (%s numa)' % (want.name, want.describe(),
+                                       want.nums, hami.GPU_SCHEDULER_POLICY)
+            candidates = min(fitting, key=lambda g: g[0][0])
+        chosen = []
+        for _key, gpu, cus, mem in candidates[:want.nums]:
+            info = gpu.info
+            state = tentative[info.id]
+            state.slots += 1
+            state.cores += cus
+            state.mem += mem
+            if cus >= info.devcore:
+                state.free_mask = 0
+            else:
+                taken = strategy.choose(state.free_mask, info.devcore,
+                                        cus, gpu.unit)
+                state.free_mask &= ~(taken or 0)
+            chosen.append(hami.ContainerDevice(info.id, info.type, mem, cus))
+        placed.append(tuple(chosen))
+    return NodeFit(view.name, tuple(placed))
+
+
+def quick_reject(view: NodeView, request: PodRequest) -> str | None:
+    """Why ``view`` certainly cannot take ``request``, from its summary
+    (a cheap test before :func:`fit_node`), or None."""
+    if view.problem:
+        return view.problem
+    for want in request.containers:
+        if not want.nums:
+            continue
+        if want.nums > view.open_gpus or want.mem > view.max_free_mem or \
+                view.max_free_cores <= 0:
+            return 'container %r (%s): %d GPUs have a free slot, at most ' \
+                '%d CUs and %d MiB are free on one GPU' % (
+                    want.name, want.describe(), view.open_gpus,
+                    view.max_free_cores, view.max_free_mem)
+    return None
+
+
+def placement_usage(view: NodeView, placement: NodeFit) -> float:
+    """The node's usage (0..1) once ``placement`` is on it."""
+    if not view.gpus:
+        return 0.0
+    add_slots = collections.Counter[str]()
+    add_cores = collections.Counter[str]()
+    add_mem = collections.Counter[str]()
+    for container in placement.containers:
+        for used in container:
+            add_slots[used.uuid] += 1
+            add_cores[used.uuid] += used.usedcores
+            add_mem[used.uuid] += used.usedmem
+    total = 0.0
+    for gpu in view.gpus:
+        info = gpu.info
+        uuid = info.id
+        total += (gpu.used_slots + add_slots[uuid]) / info.count + \
+            (gpu.used_cores + add_cores[uuid]) / info.devcore + \
+            (gpu.used_mem + add_mem[uuid]) / info.devmem
+    return total / (3 * len(view.gpus))
+
+
+@dataclasses.dataclass(frozen=True)
+class Decision:
+    """The filter's answer for one pod.
+
+    :ivar fit: the chosen node and GPUs, or None.
+    :ivar failed: node -> why it was not chosen (nodes worth retrying
+        later: busy now).
+    :ivar unresolvable: node -> why it can never take the pod as
+        registered (no AMD GPU, too few GPUs, too little memory).
+    """
+
+    fit: NodeFit | None
+    failed: Mapping[str, str]
+    unresolvable: Mapping[str, str]
+
+
+def _never_fits(view: NodeView, request: PodRequest) -> str | None:
+    if not view.gpus and not view.problem:
+        return 'no AMD GPU registered in %s' % hami.NODE_REGISTER
+    for want in request.containers:
+        if view.problem or not want.nums:
+            continue
+        if want.nums > len(view.gpus):
+            return 'container %r asks for %d GPUs, the node has %d' % (
+                want.name, want.nums, len(view.gpus))
+        big = sum(1 for gpu in view.gpus if gpu.info.devmem >= want.mem)
+        if big < want.nums:
+            return 'container %r asks for %d MiB on %d GPU(s), the node ' \
+                'has %d GPU(s) with that much memory (largest: %d MiB)' % (
+                    want.name, want.mem, want.nums, big,
+                    max(gpu.info.devmem for gpu in view.gpus))
+    return None
+
+
+def decide(views: Sequence[NodeView], request: PodRequest,
+           unknown: Iterable[str] = (),
+           strategy: allocator.CuStrategy | None = None) -> Decision:
+    """Choose one node for ``request`` among ``views`` (see
+    :func:`decide_in_order`; this one sorts the views itself).
+
+    :param unknown: node names the extender knows nothing about.
+    """
+    rank = operator.attrgetter('rank_spread' if request.node_policy ==
+                               'spread' else 'rank_binpack')
+    return decide_in_order(
+        sorted(views, key=rank), [v.name for v in views], request, unknown,
+        strategy, [v.name for v in views if not v.gpus and not v.problem])
+
+
+def decide_in_order(ordered: Iterable[NodeView], names: Iterable[str],
+                    request: PodRequest, unknown: Iterable[str] = (),
+                    strategy: allocator.CuStrategy | None = None,
+                    without_gpus: Iterable[str] = ()) -> Decision:
+    """Choose one node for ``request``: the first of ``ordered`` that fits.
+
+    :param ordered: the candidate nodes in the order of the pod's node
+        policy (busiest first for binpack, idlest first for spread, then
+        by name); consumed only up to the first node that fits.
+    :param names: the names of all candidate nodes.
+    :param unknown: node names the extender knows nothing about.
+    :param without_gpus: names of nodes that register no AMD GPU.
+    """
+    failed: dict[str, str] = {}
+    unresolvable = dict.fromkeys(
+        unknown, 'node unknown to the extender (no such node, or the cache '
+        'is not up to date yet)')
+    chosen: NodeFit | None = None
+    for view in ordered:
+        never = _never_fits(view, request)
+        if never:
+            unresolvable[view.name] = never
+            continue
+        result: NodeFit | str | None = quick_reject(view, request)
+        if result is None:
+            result = fit_node(view, request, strategy)
+        if isinstance(result, NodeFit):
+            chosen = result
+            break
+        failed[view.name] = result
+    if chosen is not None:
+        reason = 'node %s was chosen (%s %s)' % (
+            chosen.node, hami.NODE_SCHEDULER_POLICY, request.node_policy)
+        # every other node, at C speed; then the reasons known better
+        others = dict.fromkeys(names, reason)
+        del others[chosen.node]
+        others.update(failed)
+        for name in unresolvable:
+            others.pop(name, None)
+        none = 'no AMD GPU registered in %s' % hami.NODE_REGISTER
+        for name in without_gpus:
+            if others.pop(name, None) is not None:
+                unresolvable[name] = none
+        failed = others
+    return Decision(chosen, failed, unresolvable)

@@ -1,0 +1,185 @@
+"""HAMi's node lock (``hami.io/mutex.lock``) as the extender's bind takes it.
+
+One pod at a time may be between bind and the device plugin's Allocate on
+a node: the lock says which. :class:`NodeLocker` sets it with a merge
+patch that carries the node's resourceVersion (a conflict is retried with
+backoff) and refuses a lock that is held, as HAMi does, even by the same
+pod, unless it is *stale*:
+
+* expired: older than the lock timeout (HAMi: 5 minutes);
+* its owner pod no longer exists, or has finished.
+
+A lock value that cannot be read is refused, as HAMi refuses it: it may
+be a live lock of a writer we do not understand, and two pods allocating
+on one node at once would confuse the device plugin. The error names the
+value; removing the annotation by hand frees the node.
+
+While the lock is held by another live pod, :meth:`NodeLocker.acquire`
+waits with backoff up to ``wait`` seconds and then gives up with
+:class:`~amdgpu_virt.exception.NodeLockError` naming the holder.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import logging
+import random
+import time
+from collections.abc import Callable
+from typing import Any
+
+from kubernetes.client import exceptions as k8s_exceptions
+
+from amdgpu_virt import exception
+from amdgpu_virt.k8s import pods
+from amdgpu_virt.sharing import hami
+
+LOG = logging.getLogger(__name__)
+
+DONE_PHASES = ('Succeeded', 'Failed')
+
+
+def _utcnow() -> datetime.datetime:
+    return datetime.datetime.now(datetime.UTC)
+
+
+class NodeLocker:
+    """Takes and releases node locks through a ``CoreV1Api``.
+
+    :param core_api: the API client.
+    :param timeout: age after which a lock has expired.
+    :param wait: seconds :meth:`acquire` waits for a held lock.
+    :param clock: current time (aware).
+    :param sleep: how to wait between attempts.
+    """
+
+    def __init__(self, core_api: Any,
+                 timeout: datetime.timedelta = hami.NODE_LOCK_TIMEOUT,
+                 wait: float = 10.0,
+                 clock: Callable[[], datetime.datetime] = _utcnow,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        self.api = core_api
+        self.timeout = timeout
+        self.wait = wait
+        self.clock = clock
+        self.sleep = sleep
+
+    def _node(self, node: str) -> dict[str, Any]:
+        response = pods.call('GET node %s' % node, self.api.read_node, node,
+                             _preload_content=False)
+        return json.loads(response.data)
+
+    def _owner_gone(self, lock: hami.NodeLock) -> bool:
+        if not lock.namespace or not lock.pod:
+            return False
+        try:
+            response = self.api.read_namespaced_pod(
+                lock.pod, lock.namespace, _preload_content=False)
+        except k8s_exceptions.NotFoundException:
+            return True
+        except k8s_exceptions.ApiException as err:
+            if err.status == 404:
+                return True
+            raise exception.KubernetesError(
+                request='GET pod %s/%s' % (lock.namespace, lock.pod),
+                reason='%s %s' % (err.status, err.reason)) from None
+        phase = (json.loads(response.data).get('status') or {}).get('phase')
+        return phase in DONE_PHASES
+
+    def holder(self, value: str, now: datetime.datetime, node: str = '?',
+               requester: str = '?') -> hami.NodeLock | None:
+        """The live lock ``value`` stands for, or None when it is stale.
+
+        :raises NodeLockError: the value cannot be read (naming ``node``
+            and the ``requester`` pod).
+        """
+        try:
+            lock = hami.decode_node_lock(value)
+        except exception.HamiProtocolError as err:
+            raise exception.NodeLockError(
+                node=node, pod=requester,
+                reason='unreadable lock (%s); remove the annotation to free '
+                'the node' % err) from None
+        if lock.expired(now, self.timeout):
+            LOG.info('Node lock %r expired (older than %s)', value,
+                     self.timeout)
+            return None
+        if self._owner_gone(lock):
+            LOG.info('Node lock %r is stale: pod %s/%s is gone or done',
+                     value, lock.namespace, lock.pod)
+            return None
+        return lock
+
+    def acquire(self, node: str, namespace: str, pod: str) -> None:
+        """Lock ``node`` for pod ``namespace/pod``.
+
+        :raises NodeLockError: held by another live pod (or by this pod:
+            HAMi refuses that too) for longer than ``wait``, or the node
+            keeps changing.
+        :raises KubernetesError: the node cannot be read or written.
+        """
+        deadline = time.monotonic() + self.wait
+        delay = 0.01
+        while True:
+            obj = self._node(node)
+            meta = obj.get('metadata') or {}
+            value = (meta.get('annotations') or {}).get(hami.NODE_LOCK)
+            now = self.clock()
+            held = self.holder(value, now, node, '%s/%s' % (
+                namespace, pod)) if value else None
+            if held is None:
+                body = {'metadata': {
+                    'resourceVersion': meta.get('resourceVersion'),
+                    'annotations': {hami.NODE_LOCK: hami.encode_node_lock(
+                        hami.NodeLock(now, namespace, pod))}}}
+                try:
+                    pods.call('PATCH node %s' % node, self.api.patch_node,
+                              node, body, _content_type=pods.MERGE_PATCH,
+                              _preload_content=False)
+                    return
+                except exception.KubernetesConflict:
+                    LOG.debug('node %s changed while locking; retrying',
+                              node)
+                    reason = 'the node kept changing (409 Conflict)'
+            else:
+                reason = 'held by %s/%s since %s' % (
+                    held.namespace or '?', held.pod or '?',
+                    hami.format_rfc3339(held.time))
+            if time.monotonic() >= deadline:
+                raise exception.NodeLockError(
+                    node=node, pod='%s/%s' % (namespace, pod),
+                    reason='%s; gave up after %.1f s' % (reason, self.wait))
+            self.sleep(delay * (1 + random.random()))  # noqa: S311
+            delay = min(delay * 2, 0.5)
+
+    def release(self, node: str, namespace: str, pod: str) -> bool:
+        """Remove the lock if that pod holds it.
+
+        :returns: True if a lock was removed.
+        :raises KubernetesError: the node cannot be read or written.
+        """
+        for _attempt in range(10):
+            obj = self._node(node)
+            meta = obj.get('metadata') or {}
+            value = (meta.get('annotations') or {}).get(hami.NODE_LOCK)
+            if not value:
+                return False
+            try:
+                lock = hami.decode_node_lock(value)
+            except exception.HamiProtocolError:
+                return False
+            if not lock.held_by(namespace, pod):
+                return False
+            body = {'metadata': {'resourceVersion': meta.get(
+                'resourceVersion'), 'annotations': {hami.NODE_LOCK: None}}}
+            try:
+                pods.call('PATCH node %s' % node, self.api.patch_node, node,
+                          body, _content_type=pods.MERGE_PATCH,
+                          _preload_content=False)
+                return True
+            except exception.KubernetesConflict:
+                self.sleep(0.01 * (1 + random.random()))  # noqa: S311
+        raise exception.KubernetesError(
+            request='PATCH node %s' % node,
+            reason='the node lock could not be released after 10 conflicts')

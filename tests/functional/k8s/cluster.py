@@ -1,0 +1,211 @@
+"""A small cluster for end-to-end tests of the scheduling path.
+
+The API server stand-in, nodes whose GPUs the node agent registers (from
+simulated inventories), the scheduler extender service (watches, HTTP) and
+the webhook, all on 127.0.0.1, reached with real clients over HTTP.
+"""
+
+from __future__ import annotations
+
+import base64
+import http.client
+import json
+import threading
+import time
+from typing import Any
+
+import fixtures
+import jsonpatch
+from kubernetes import client
+
+from amdgpu_virt import conf as conf_pkg
+from amdgpu_virt.inventory import simulate
+from amdgpu_virt.k8s import agent
+from amdgpu_virt.k8s import devices
+from amdgpu_virt.k8s import extender
+from amdgpu_virt.k8s import webhook
+from amdgpu_virt.model import HostInventory
+from tests.functional.fixtures import kubeclient
+
+
+class HttpJson:
+    """POST JSON and read JSON over one kept-alive connection per thread."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.host = host
+        self.port = port
+        self._local = threading.local()
+
+    def _connection(self) -> http.client.HTTPConnection:
+        conn = getattr(self._local, 'conn', None)
+        if conn is None:
+            conn = http.client.HTTPConnection(self.host, self.port,
+                                              timeout=60)
+            self._local.conn = conn
+        return conn
+
+    def request(self, method: str, path: str,
+                body: Any = None) -> tuple[int, bytes]:
+        data = None if body is None else json.dumps(body).encode()
+        for attempt in range(2):
+            conn = self._connection()
+            try:
+                conn.request(method, path, body=data, headers={
+                    'Content-Type': 'application/json'})
+                response = conn.getresponse()
+                return response.status, response.read()
+            except (http.client.HTTPException, OSError):
+                conn.close()
+                self._local.conn = None
+                if attempt:
+                    raise
+        raise AssertionError('not reached')
+
+    def post(self, path: str, body: Any) -> Any:
+        status, data = self.request('POST', path, body)
+        if status != 200:
+            raise AssertionError('%s answered %d: %s' % (path, status, data))
+        return json.loads(data)
+
+    def close(self) -> None:
+        conn = getattr(self._local, 'conn', None)
+        if conn is not None:
+            conn.close()
+
+
+class Cluster(fixtures.Fixture):
+    """Nodes registered by the agent, the extender and the webhook.
+
+    :param nodes: node names.
+    :param gpus: GPUs per node.
+    :param overrides: ``{(group, option): value}`` for the extender.
+    """
+
+    def __init__(self, nodes: tuple[str, ...], gpus: int = 2,
+                 overrides: dict[tuple[str, str], Any] | None = None,
+                 history: int = 100000) -> None:
+        super().__init__()
+        self.node_names = nodes
+        self.gpus = gpus
+        self.overrides = overrides or {}
+        self.history = history
+
+    def _setUp(self) -> None:
+        self.kube = self.useFixture(kubeclient.ApiServerFixture(
+            history=self.history))
+        self.api = self.kube.api
+        for namespace, labels in (('team', None), ('secure', {
+                'amdgpu-virt.io/tenancy': 'isolated'})):
+            self.api.create_namespace(client.V1Namespace(
+                metadata=client.V1ObjectMeta(name=namespace,
+                                             labels=labels)))
+        self.inventories: dict[str, HostInventory] = {}
+        self.units: dict[str, tuple[devices.GpuUnit, ...]] = {}
+        for name in self.node_names:
+            self.api.create_node(client.V1Node(
+                metadata=client.V1ObjectMeta(name=name)))
+            inventory = simulate.design_host(simulate.HostSpec(
+                hostname=name, gpus=self.gpus))
+            self.inventories[name] = inventory
+            self.units[name] = devices.units_from_inventory(inventory)
+            agent.NodeAgent(agent.KubernetesNodeStore(name, self.api),
+                            self.units[name], 10).sync_once()
+        conf = conf_pkg.new_conf()
+        conf.set_override('port', 0, group='scheduler')
+        conf.set_override('watch_timeout', 30, group='scheduler')
+        for (group, option), value in self.overrides.items():
+            conf.set_override(option, value, group=group)
+        # the extender gets a client of its own, as in its own process
+        config = client.Configuration(host=self.kube.server.url)
+        config.connection_pool_maxsize = 16
+        ext_client = client.ApiClient(config)
+        self.addCleanup(ext_client.close)
+        self.service = extender.Service(conf, client.CoreV1Api(ext_client))
+        self.service.start()
+        self.addCleanup(self.service.stop)
+        host, port = self.service.address
+        self.http = HttpJson(host, port)
+        self.addCleanup(self.http.close)
+        deadline = time.monotonic() + 20
+        while self.http.request('GET', '/readyz')[0] != 200:
+            if time.monotonic() > deadline:
+                raise AssertionError('extender cache never synced')
+            time.sleep(0.02)
+        self.webhook = webhook.make_server(
+            webhook.WebhookPolicy(),
+            namespace_labels=webhook.NamespaceLabelCache(self.api))
+        thread = threading.Thread(target=self.webhook.serve_forever,
+                                  daemon=True)
+        thread.start()
+        self.addCleanup(thread.join, 10)
+        self.addCleanup(self.webhook.server_close)
+        self.addCleanup(self.webhook.shutdown)
+        whost, wport = self.webhook.server_address[:2]
+        self.webhook_http = HttpJson(str(whost), int(wport))
+        self.addCleanup(self.webhook_http.close)
+
+    # -- the steps a pod goes through ------------------------------------
+
+    def admit(self, pod: dict[str, Any]) -> dict[str, Any]:
+        """The webhook's review; :returns: the mutated pod.
+
+        :raises AssertionError: the pod was denied (with the message).
+        """
+        answer = self.webhook_http.post('/webhook', {
+            'apiVersion': 'admission.k8s.io/v1', 'kind': 'AdmissionReview',
+            'request': {'uid': 'u-%s' % pod['metadata']['name'],
+                        'kind': {'kind': 'Pod'}, 'operation': 'CREATE',
+                        'namespace': pod['metadata']['namespace'],
+                        'object': pod}})['response']
+        if not answer['allowed']:
+            raise AssertionError(answer['status']['message'])
+        if answer.get('patch'):
+            pod = jsonpatch.JsonPatch(json.loads(base64.b64decode(
+                answer['patch']))).apply(pod)
+        return pod
+
+    def create(self, pod: dict[str, Any]) -> dict[str, Any]:
+        """Admit and create ``pod``; :returns: the stored pod."""
+        pod = self.admit(pod)
+        return self.kube.server.put_object('pods', pod)
+
+    def read_pod(self, namespace: str, name: str) -> dict[str, Any]:
+        obj = self.kube.server.get_object('pods', name, namespace)
+        assert obj is not None, '%s/%s is gone' % (namespace, name)
+        return obj
+
+    def filter(self, pod: dict[str, Any],
+               nodes: tuple[str, ...] | None = None) -> dict[str, Any]:
+        result: dict[str, Any] = self.http.post('/filter', {
+            'Pod': pod, 'Nodes': None,
+            'NodeNames': list(nodes or self.node_names)})
+        return result
+
+    def bind(self, pod: dict[str, Any], node: str) -> dict[str, Any]:
+        meta = pod['metadata']
+        result: dict[str, Any] = self.http.post('/bind', {
+            'PodName': meta['name'], 'PodNamespace': meta['namespace'],
+            'PodUID': meta['uid'], 'Node': node})
+        return result
+
+
+def gpu_pod(name: str, containers: list[dict[str, str]],
+            init: list[dict[str, str]] | None = None,
+            namespace: str = 'team',
+            annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    """A pod whose containers have these ``amd.com/*`` limits."""
+
+    def container(prefix: str, n: int, limits: dict[str, str]
+                  ) -> dict[str, Any]:
+        return {'name': '%s%d' % (prefix, n), 'image': 'rocm',
+                'resources': {'limits': dict(limits)} if limits else {}}
+
+    spec: dict[str, Any] = {'containers': [
+        container('c', n, limits) for n, limits in enumerate(containers)]}
+    if init:
+        spec['initContainers'] = [container('init', n, limits)
+                                  for n, limits in enumerate(init)]
+    return {'apiVersion': 'v1', 'kind': 'Pod',
+            'metadata': {'name': name, 'namespace': namespace,
+                         'annotations': dict(annotations or {})},
+            'spec': spec}

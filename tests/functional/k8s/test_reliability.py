@@ -1,0 +1,220 @@
+"""Many pods at once: several extender workers, many nodes, real HTTP.
+
+Worker threads play kube-scheduler: each filters and binds pods of random
+sizes (seeded) through the extender's HTTP API, all at the same time, on
+20 simulated nodes of 8 GPUs. One thread per node plays kubelet: as soon
+as a pod is bound there it calls the node's device plugin Allocate for
+each GPU container (the plugin's own code path, reading and writing the
+API server stand-in; the gRPC transport is covered by test_e2e). Then:
+no CU is given twice, no GPU's memory, CUs or slots are over-committed,
+every node lock is released, and every pod was bound once or rejected with
+a reason for every node.
+
+``AMDGPU_VIRT_RELIABILITY_PODS`` sets the number of pods (default 1000).
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import queue
+import random
+import threading
+from typing import Any
+
+import testtools
+from kubernetes import client
+
+from amdgpu_virt.k8s import deviceplugin
+from amdgpu_virt.k8s import pods as pods_mod
+from amdgpu_virt.sharing import cumask
+from amdgpu_virt.sharing import hami
+from tests.functional.k8s import cluster
+
+NODES = tuple('r%02d' % n for n in range(20))
+WORKERS = 4
+SEED = 20261130
+
+
+def _random_pod(rng: random.Random, number: int) -> dict[str, Any]:
+    containers = []
+    for _n in range(1 if rng.random() < 0.9 else 2):
+        percent = rng.choice((5, 10, 20, 25, 33, 50, 100))
+        limits = {'amd.com/gpu': str(1 if rng.random() < 0.85 else 2),
+                  'amd.com/gpucores': str(percent)}
+        if percent < 100 or rng.random() < 0.5:
+            limits['amd.com/gpumem'] = str(rng.choice(
+                (1024, 4096, 16384, 32768, 65536)))
+        containers.append(limits)
+    annotations = {}
+    if rng.random() < 0.5:
+        annotations[hami.NODE_SCHEDULER_POLICY] = 'spread'
+    if rng.random() < 0.3:
+        annotations[hami.GPU_SCHEDULER_POLICY] = 'binpack'
+    pod = cluster.gpu_pod('p%04d' % number, containers,
+                          annotations=annotations)
+    pod['spec']['schedulerName'] = 'amdgpu-virt-scheduler'
+    return pod
+
+
+class ReliabilityTest(testtools.TestCase):
+
+    def test_many_pods_many_workers(self) -> None:
+        count = int(os.environ.get('AMDGPU_VIRT_RELIABILITY_PODS', '1000'))
+        world = self.useFixture(cluster.Cluster(
+            NODES, gpus=8, overrides={('scheduler', 'node_lock_wait'): 20.0}))
+        rng = random.Random(SEED)
+        created = [world.kube.server.put_object('pods', _random_pod(rng, n))
+                   for n in range(count)]
+        config = client.Configuration(host=world.kube.server.url)
+        config.connection_pool_maxsize = len(NODES) + 4
+        kubelet_client = client.ApiClient(config)
+        self.addCleanup(kubelet_client.close)
+        kubelet_api = client.CoreV1Api(kubelet_client)
+        plugins = {name: deviceplugin.DevicePlugin(
+            world.inventories[name], share_count=10,
+            pod_source=pods_mod.KubernetesPodSource(name, kubelet_api))
+            for name in NODES}
+        units = {name: {u.uuid: u for u in world.units[name]}
+                 for name in NODES}
+
+        work: queue.Queue[dict[str, Any] | None] = queue.Queue()
+        for pod in created:
+            work.put(pod)
+        bound_to: dict[str, list[str]] = collections.defaultdict(list)
+        rejected: dict[str, dict[str, str]] = {}
+        errors: list[str] = []
+        retried: list[str] = []
+        lock = threading.Lock()
+        node_queues: dict[str, queue.Queue[str | None]] = {
+            name: queue.Queue() for name in NODES}
+        #: (node, gpu uuid) -> [(pod, CUs)] from the containers' env
+        env_masks: dict[tuple[str, str], list[tuple[str, int]]] = \
+            collections.defaultdict(list)
+
+        def scheduler() -> None:
+            while True:
+                pod = work.get()
+                if pod is None:
+                    return
+                key = pod['metadata']['name']
+                for _attempt in range(5):
+                    answer = world.filter(pod)
+                    if answer['Error']:
+                        with lock:
+                            errors.append('%s filter: %s' % (
+                                key, answer['Error']))
+                        break
+                    if not answer['NodeNames']:
+                        reasons = dict(answer['FailedNodes'])
+                        reasons.update(answer['FailedAndUnresolvableNodes'])
+                        with lock:
+                            rejected[key] = reasons
+                        break
+                    node = answer['NodeNames'][0]
+                    result = world.bind(pod, node)
+                    if not result['Error']:
+                        with lock:
+                            bound_to[key].append(node)
+                        node_queues[node].put(key)
+                        break
+                    # kube-scheduler retries a pod whose bind failed (for
+                    # example a node lock held too long): so do we
+                    with lock:
+                        retried.append('%s bind: %s' % (key,
+                                                        result['Error']))
+                else:
+                    with lock:
+                        errors.append('%s: no attempt succeeded' % key)
+
+        def kubelet(node: str) -> None:
+            plugin = plugins[node]
+            while True:
+                key = node_queues[node].get()
+                if key is None:
+                    return
+                pod = world.read_pod('team', key)
+                wanted = hami.decode_pod_devices(pod['metadata'][
+                    'annotations'][hami.DEVICES_ALLOCATED])
+                for number, container in enumerate(wanted):
+                    if not container:
+                        continue
+                    ids = ['%s-0' % d.uuid for d in container]
+                    try:
+                        allocation = plugin.allocate(
+                            ids, '%s container %d' % (key, number))
+                    except Exception as err:
+                        with lock:
+                            errors.append('%s allocate: %s' % (key, err))
+                        break
+                    envs = dict(allocation.envs)
+                    masks = cumask.parse_hsa_cu_mask(
+                        envs['HSA_CU_MASK']).as_dict() \
+                        if 'HSA_CU_MASK' in envs else {}
+                    for local, device in enumerate(container):
+                        unit = units[node][device.uuid]
+                        mask = masks.get(local, (1 << unit.compute_units) - 1)
+                        with lock:
+                            env_masks[(node, device.uuid)].append((key,
+                                                                   mask))
+
+        kubelets = [threading.Thread(target=kubelet, args=(name,),
+                                     daemon=True) for name in NODES]
+        workers = [threading.Thread(target=scheduler, daemon=True)
+                   for _n in range(WORKERS)]
+        for thread in kubelets + workers:
+            thread.start()
+        for _n in workers:
+            work.put(None)
+        for thread in workers:
+            thread.join(timeout=600)
+        for name in NODES:
+            node_queues[name].put(None)
+        for thread in kubelets:
+            thread.join(timeout=600)
+
+        self.assertEqual([], errors)
+        # retries are rare and only for held node locks
+        self.assertLess(len(retried), count // 20, retried[:5])
+        for message in retried:
+            self.assertIn('hami.io/mutex.lock not acquired', message)
+        # every pod bound once or rejected with a reason for every node
+        self.assertEqual(count, len(bound_to) + len(rejected))
+        self.assertFalse(set(bound_to) & set(rejected))
+        self.assertEqual([], [k for k, v in bound_to.items() if len(v) != 1])
+        for key, reasons in rejected.items():
+            self.assertEqual(set(NODES), set(reasons), key)
+            self.assertTrue(all(reasons.values()), key)
+        self.assertGreater(len(bound_to), count // 4)
+        # no CU given twice (from the containers' env)
+        for (node, uuid), held in env_masks.items():
+            seen = 0
+            for key, mask in held:
+                self.assertFalse(seen & mask, '%s on %s/%s' % (key, node,
+                                                             uuid))
+                seen |= mask
+        # no over-commit (from the pods' annotations), all done
+        used: dict[tuple[str, str], list[int]] = collections.defaultdict(
+            lambda: [0, 0, 0])
+        for key, (node,) in bound_to.items():
+            pod = world.read_pod('team', key)
+            annotations = pod['metadata']['annotations']
+            self.assertEqual('success', annotations[hami.BIND_PHASE], key)
+            self.assertEqual(node, pod['spec']['nodeName'])
+            for container in hami.decode_pod_devices(
+                    annotations[hami.DEVICES_ALLOCATED]):
+                for device in container:
+                    total = used[(node, device.uuid)]
+                    total[0] += 1
+                    total[1] += device.usedcores
+                    total[2] += device.usedmem
+        for (node, uuid), (slots, cores, mem) in used.items():
+            unit = units[node][uuid]
+            self.assertLessEqual(slots, 10)
+            self.assertLessEqual(cores, unit.compute_units)
+            self.assertLessEqual(mem, unit.vram_mib)
+        # every node lock released
+        for name in NODES:
+            node = world.kube.server.get_object('nodes', name)
+            self.assertNotIn(hami.NODE_LOCK, node['metadata'].get(
+                'annotations', {}), name)

@@ -1,0 +1,228 @@
+"""The extender's cache: decoding, reservations, the list-then-watch loop."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from typing import Any
+
+import testtools
+
+from amdgpu_virt.k8s import fit
+from amdgpu_virt.k8s import schedcache
+from amdgpu_virt.sharing import hami
+from tests.unit.k8s.test_fit import device
+from tests.unit.k8s.test_fit import pod as make_pod
+
+
+def node(name: str, devices: list[hami.DeviceInfo] | None = None,
+         value: str | None = None, **status: Any) -> dict[str, Any]:
+    annotations = {}
+    if value is not None:
+        annotations[hami.NODE_REGISTER] = value
+    elif devices is not None:
+        annotations[hami.NODE_REGISTER] = hami.encode_node_register(devices)
+    return {'metadata': {'name': name, 'annotations': annotations},
+            'status': status}
+
+
+def gpu_pod(name: str, node_name: str, value: str, rv: int = 1,
+            phase: str = 'Pending', **annotations: str) -> dict[str, Any]:
+    annotations = dict(annotations)
+    annotations.setdefault(hami.DEVICES_ALLOCATED, value)
+    annotations.setdefault(hami.VGPU_NODE, node_name)
+    return {'metadata': {'name': name, 'namespace': 'ns',
+                         'resourceVersion': str(rv),
+                         'annotations': annotations},
+            'spec': {}, 'status': {'phase': phase}}
+
+
+class DecodeTest(testtools.TestCase):
+
+    def test_nodes(self) -> None:
+        self.assertEqual((), schedcache.decode_node(node('a')).devices)
+        entry = schedcache.decode_node(node(
+            'a', [device('g0'), device('g0', 1), device('x', kind='NVIDIA'),
+                  device('g1', devcore=0)]))
+        self.assertEqual(['g0'], [d.id for d in entry.devices])
+        entry = schedcache.decode_node(node('a', [device('g0')],
+                                            capacity={'amd.com/gpu': '0'}))
+        self.assertIn('capacity 0', str(entry.problem))
+        entry = schedcache.decode_node(node('a', value='[{"id": 3}, '
+                                            '{"id": "g1", "count": 1, '
+                                            '"devmem": 10, "devcore": 4, '
+                                            '"type": "AMD", "health": true}]'))
+        self.assertEqual(['g1'], [d.id for d in entry.devices])
+        entry = schedcache.decode_node(node('a', value='[1, 2'))
+        self.assertIn('unreadable hami.io/node-amd-register',
+                      str(entry.problem))
+
+    def test_pods(self) -> None:
+        value = 'g0,AMD,10,4:;'
+        entry = schedcache.decode_pod(gpu_pod('p', 'n', value, **{
+            hami.CU_ALLOCATED: '{"g0": "0-3"}'}))
+        assert entry is not None
+        self.assertEqual(('ns/p', 'n', {'g0': 0xF}),
+                         (entry.key, entry.node, entry.cu_masks))
+        self.assertIsNone(schedcache.decode_pod(gpu_pod(
+            'p', 'n', value, phase='Succeeded')))
+        self.assertIsNone(schedcache.decode_pod(gpu_pod('p', '', value)))
+        for bad in ({hami.DEVICES_ALLOCATED: 'g0,AMD:;'},
+                    {hami.CU_ALLOCATED: '{"g0": "3-0"}'}):
+            entry = schedcache.decode_pod(gpu_pod('p', 'n', value, **bad))
+            assert entry is not None
+            self.assertIn('pod ns/p carries an unreadable annotation',
+                          str(entry.problem))
+
+
+class CacheTest(testtools.TestCase):
+
+    def setUp(self) -> None:
+        super().setUp()
+        self.cache = schedcache.ClusterCache()
+        self.cache.replace_nodes([node('n1', [device('g0')])])
+        self.cache.replace_pods([], 1)
+        self.request = fit.pod_request(make_pod({'amd.com/gpucores': 60,
+                                                 'amd.com/gpumem': 1}))
+
+    def test_reservations_stop_double_booking(self) -> None:
+        self.assertTrue(self.cache.synced)
+        first = self.cache.decide_and_reserve('ns/a', self.request, ['n1'])
+        self.assertIsNotNone(first.fit)
+        second = self.cache.decide_and_reserve('ns/b', self.request, ['n1'])
+        self.assertIsNone(second.fit)
+        self.assertIn('too few free CUs', second.failed['n1'])
+        # a pod filtered again does not compete with itself
+        again = self.cache.decide_and_reserve('ns/a', self.request, ['n1'])
+        self.assertIsNotNone(again.fit)
+        self.assertEqual('n1', self.cache.placement('ns/a'))
+        self.cache.cancel('ns/a')
+        self.assertIsNone(self.cache.placement('ns/a'))
+        self.assertIsNotNone(self.cache.decide_and_reserve(
+            'ns/b', self.request, ['n1']).fit)
+
+    def test_reservation_lasts_until_the_watch_catches_up(self) -> None:
+        decision = self.cache.decide_and_reserve('ns/a', self.request,
+                                                 ['n1'])
+        assert decision.fit is not None
+        value = hami.encode_pod_devices(decision.fit.containers)
+        self.cache.confirm('ns/a', 10)
+        # an older event (without the annotations) does not end it
+        stale = gpu_pod('a', 'n1', value, rv=9)
+        del stale['metadata']['annotations'][hami.DEVICES_ALLOCATED]
+        self.cache.set_pod(stale)
+        self.assertEqual(1, self.cache.reservation_count())
+        self.assertEqual(182, self.cache.view('n1').gpus[0].used_cores)
+        self.cache.set_pod(gpu_pod('a', 'n1', value, rv=10))
+        self.assertEqual(0, self.cache.reservation_count())
+        self.assertEqual(182, self.cache.view('n1').gpus[0].used_cores)
+        self.cache.delete_pod(gpu_pod('a', 'n1', value, rv=11))
+        self.assertEqual(0, self.cache.view('n1').gpus[0].used_cores)
+
+    def test_relist_ends_seen_reservations(self) -> None:
+        self.cache.decide_and_reserve('ns/a', self.request, ['n1'])
+        self.cache.confirm('ns/a', 5)
+        self.cache.decide_and_reserve('ns/b', fit.pod_request(make_pod(
+            {'amd.com/gpucores': 10, 'amd.com/gpumem': 1})), ['n1'])
+        self.cache.replace_pods([], 7)
+        # a is gone from the list: its reservation ends; b is in flight
+        self.assertIsNone(self.cache.placement('ns/a'))
+        self.assertEqual('n1', self.cache.placement('ns/b'))
+
+    def test_node_events(self) -> None:
+        self.cache.set_node(node('n2', [device('h0')]))
+        self.assertEqual(2, self.cache.node_count())
+        views, unknown = self.cache.views(['n1', 'n2', 'n3'])
+        self.assertEqual(['n1', 'n2'], [v.name for v in views])
+        self.assertEqual(['n3'], unknown)
+        self.cache.delete_node('n2')
+        self.assertIsNone(self.cache.view('n2'))
+
+    def test_threads_never_overbook(self) -> None:
+        small = fit.pod_request(make_pod({'amd.com/gpucores': 10,
+                                          'amd.com/gpumem': 1}))
+        won: list[str] = []
+
+        def worker(n: int) -> None:
+            for m in range(10):
+                key = 'ns/p%d-%d' % (n, m)
+                if self.cache.decide_and_reserve(key, small, ['n1']).fit:
+                    won.append(key)
+
+        threads = [threading.Thread(target=worker, args=(n,))
+                   for n in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        # 10 slots, 30 CUs each of 304
+        self.assertEqual(10, len(won))
+        self.assertEqual(300, self.cache.view('n1').gpus[0].used_cores)
+
+
+class _FakeResponse:
+    def __init__(self, data: bytes = b'', lines: list[dict[str, Any]] = (),
+                 hold: threading.Event | None = None) -> None:
+        self.data = data
+        self.lines = lines
+        self.hold = hold
+
+    def stream(self, amt: Any = None, decode_content: bool = False) -> Any:
+        for line in self.lines:
+            yield json.dumps(line).encode() + b'\n'
+        if self.hold is not None:
+            self.hold.wait(5)
+
+    def release_conn(self) -> None:
+        pass
+
+    def shutdown(self) -> None:
+        if self.hold is not None:
+            self.hold.set()
+
+
+class WatcherTest(testtools.TestCase):
+
+    def test_list_watch_and_relist_on_gone(self) -> None:
+        cache = schedcache.ClusterCache()
+        value = 'g0,AMD,10,4:;'
+        calls: list[dict[str, Any]] = []
+        hold = threading.Event()
+
+        def list_pods(**kwargs: Any) -> _FakeResponse:
+            calls.append(kwargs)
+            lists = [c for c in calls if not c.get('watch')]
+            watches = [c for c in calls if c.get('watch')]
+            if not kwargs.get('watch'):
+                items = [gpu_pod('a', 'n1', value, rv=3)] \
+                    if len(lists) == 1 else []
+                return _FakeResponse(json.dumps({
+                    'metadata': {'resourceVersion': str(3 + len(lists))},
+                    'items': items}).encode())
+            if len(watches) == 1:
+                return _FakeResponse(lines=[
+                    {'type': 'ADDED', 'object': gpu_pod('b', 'n1', value,
+                                                        rv=5)},
+                    {'type': 'ERROR', 'object': {'code': 410,
+                                                 'message': 'too old'}}])
+            return _FakeResponse(lines=[
+                {'type': 'BOOKMARK', 'object': {'metadata': {
+                    'resourceVersion': '9'}}}], hold=hold)
+
+        watcher = schedcache.Watcher('pods', list_pods, cache.replace_pods,
+                                     schedcache.pod_event(cache),
+                                     timeout=5, backoff=0.01).start()
+        self.addCleanup(watcher.stop)
+        deadline = time.monotonic() + 5
+        while watcher.lists < 2 or len([c for c in calls
+                                        if c.get('watch')]) < 2:
+            self.assertLess(time.monotonic(), deadline)
+            time.sleep(0.01)
+        watcher.stop()
+        watches = [c for c in calls if c.get('watch')]
+        self.assertEqual(['4', '5'], [c['resource_version']
+                                      for c in watches])
+        self.assertTrue(cache.pods_synced.is_set())
+        # the second list (after 410) had no pod: the cache agrees
+        self.assertEqual(0, cache.pod_count())
