@@ -26,13 +26,12 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import os
-import tempfile
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from amdgpu_virt import catalog
 from amdgpu_virt import exception
+from amdgpu_virt import fileutil
 from amdgpu_virt import yamlutil
 from amdgpu_virt.model import Gpu
 from amdgpu_virt.model import HostInventory
@@ -343,21 +342,9 @@ def save(ledger: Ledger, path: str, extra: Mapping[str, Any] | None = None
                  if k not in data})
     text = yamlutil.dump(data)
     try:
-        with open(path, encoding='utf-8') as handle:
-            if handle.read() == text:
-                return False
-    except OSError:
-        pass
-    directory = os.path.dirname(os.path.abspath(path))
-    try:
-        fd, tmp = tempfile.mkstemp(dir=directory, prefix='.ledger-')
-        with os.fdopen(fd, 'w', encoding='utf-8') as handle:
-            handle.write(text)
-        os.replace(tmp, path)
-    except OSError as err:
-        raise exception.PlanError(source=path, reason='cannot write: %s'
-                                  % err.strerror) from None
-    return True
+        return fileutil.write_if_changed(path, text)
+    except exception.AmdgpuVirtError as err:
+        raise exception.PlanError(source=path, reason=str(err)) from None
 
 
 def build(assignments: Iterable[GpuAssignment]) -> Ledger:

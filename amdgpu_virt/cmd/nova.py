@@ -25,7 +25,7 @@ from amdgpu_virt import inventory as inventory_pkg
 from amdgpu_virt import ledger as av_ledger
 from amdgpu_virt import plugins
 from amdgpu_virt.model import HostInventory
-from amdgpu_virt.nova import files
+from amdgpu_virt import fileutil
 from amdgpu_virt.nova import flavors
 from amdgpu_virt.nova import gim
 from amdgpu_virt.nova import pci
@@ -90,7 +90,7 @@ def _emit(app: Any, text: str, output: str | None) -> None:
     if not output:
         app.stdout.write(text)
         return
-    changed = files.write_if_changed(output, text)
+    changed = fileutil.write_if_changed(output, text)
     app.stderr.write('%s %s\n' % ('wrote' if changed else 'unchanged',
                                   output))
 
@@ -173,7 +173,7 @@ class NovaGimConfig(command.Command):
         for item in config.files:
             path = os.path.join(parsed_args.output_dir,
                                 item.path.lstrip('/'))
-            changed = files.write_if_changed(path, item.content, item.mode)
+            changed = fileutil.write_if_changed(path, item.content, item.mode)
             self.app.stderr.write('%s %s\n' % (
                 'wrote' if changed else 'unchanged', path))
         return 0

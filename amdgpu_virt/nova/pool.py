@@ -27,7 +27,7 @@ from amdgpu_virt import ledger as av_ledger
 from amdgpu_virt.model import HostInventory
 from amdgpu_virt.model import PciAddress
 from amdgpu_virt.model import Role
-from amdgpu_virt.nova import files
+from amdgpu_virt import fileutil
 from amdgpu_virt.nova.driver import NovaBackend
 from amdgpu_virt.pool import apply as pool_apply
 from amdgpu_virt.pool.observed import SideObservation
@@ -133,7 +133,7 @@ class NovaPool:
         text = self.backend.render_compute(self.inventory_of(host), ledger,
                                            host)
         path = os.path.join(self.output_dir, host, pool_apply.NOVA_SNIPPET)
-        changed = files.write_if_changed(path, text)
+        changed = fileutil.write_if_changed(path, text)
         self.ledger = ledger
         self.notes.append('%s %s (%s): install it as nova.conf.d/%s on %s '
                           'and restart nova-compute there' % (

@@ -28,11 +28,11 @@ import dataclasses
 import difflib
 import json
 import os
-import tempfile
 from collections.abc import Callable, Iterable, Mapping
 from typing import Protocol
 
 from amdgpu_virt import exception
+from amdgpu_virt import fileutil
 from amdgpu_virt.ledger import Ledger
 from amdgpu_virt.model import HostInventory
 from amdgpu_virt.model import Role
@@ -151,31 +151,6 @@ class ApplyReport:
         return bool(self.written or self.removed)
 
 
-def _read(path: str) -> str | None:
-    try:
-        with open(path, encoding='utf-8') as handle:
-            return handle.read()
-    except FileNotFoundError:
-        return None
-    except (OSError, UnicodeDecodeError) as err:
-        raise exception.AmdgpuVirtError('cannot read %s: %s' % (
-            path, getattr(err, 'strerror', None) or err)) from None
-
-
-def _write(path: str, content: str, mode: int) -> None:
-    directory = os.path.dirname(path)
-    try:
-        os.makedirs(directory, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=directory, prefix='.amdgpu-virt-')
-        with os.fdopen(fd, 'w', encoding='utf-8') as handle:
-            handle.write(content)
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except OSError as err:
-        raise exception.AmdgpuVirtError('cannot write %s: %s' % (
-            path, err.strerror)) from None
-
-
 def _diff(relpath: str, old: str | None, new: str | None) -> str:
     return ''.join(difflib.unified_diff(
         (old or '').splitlines(keepends=True),
@@ -185,7 +160,7 @@ def _diff(relpath: str, old: str | None, new: str | None) -> str:
 
 
 def _load_manifest(output_dir: str) -> set[str]:
-    text = _read(os.path.join(output_dir, MANIFEST))
+    text = fileutil.read_text(os.path.join(output_dir, MANIFEST))
     if text is None:
         return set()
     try:
@@ -213,17 +188,17 @@ def apply_files(output_dir: str, rendered: Iterable[OutputFile],
     for item in sorted(rendered):
         current.add(item.relpath)
         path = os.path.join(output_dir, item.relpath)
-        old = _read(path)
+        old = fileutil.read_text(path)
         if old == item.content:
             report.unchanged.append(item.relpath)
             continue
         report.written.append(item.relpath)
         report.diffs.append(_diff(item.relpath, old, item.content))
         if not dry_run:
-            _write(path, item.content, item.mode)
+            fileutil.atomic_write(path, item.content, item.mode)
     for relpath in sorted(p for p in previous - current if scope(p)):
         path = os.path.join(output_dir, relpath)
-        old = _read(path)
+        old = fileutil.read_text(path)
         if old is None:
             continue
         report.removed.append(relpath)
@@ -236,7 +211,7 @@ def apply_files(output_dir: str, rendered: Iterable[OutputFile],
                     path, err.strerror)) from None
     kept = {p for p in previous if not scope(p)} | current
     if not dry_run and kept != previous:
-        _write(os.path.join(output_dir, MANIFEST),
+        fileutil.atomic_write(os.path.join(output_dir, MANIFEST),
                json.dumps({'files': sorted(kept)}, indent=1) + '\n', 0o644)
     return report
 

@@ -32,11 +32,11 @@ import datetime
 import enum
 import json
 import os
-import tempfile
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from amdgpu_virt import exception
+from amdgpu_virt import fileutil
 from amdgpu_virt.ledger import GpuAssignment
 from amdgpu_virt.model import PciAddress
 from amdgpu_virt.model import Role
@@ -201,12 +201,8 @@ class Move:
                 'history': [dict(step=r.step.value, outcome=r.outcome,
                                  at=r.at, note=r.note)
                             for r in self.history]}
-        directory = os.path.dirname(os.path.abspath(self.path))
-        fd, tmp = tempfile.mkstemp(dir=directory, prefix='.move-')
-        with os.fdopen(fd, 'w', encoding='utf-8') as handle:
-            json.dump(data, handle, indent=2, sort_keys=True)
-            handle.write('\n')
-        os.replace(tmp, self.path)
+        fileutil.atomic_write(self.path, json.dumps(data, indent=2,
+                                                    sort_keys=True) + '\n')
 
     def _record(self, step: Step, outcome: str, note: str = '') -> None:
         self.history.append(StepRecord(step, outcome, self.clock(), note))

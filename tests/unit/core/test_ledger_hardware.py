@@ -142,6 +142,8 @@ class TestLedgerEditing(testtools.TestCase):
         with open(path) as handle:
             self.assertIn('placements:', handle.read())
         self.assertEqual(['l.yaml'], os.listdir(tmp))
+        # A directory is created when needed; a file in the way is named.
+        self.assertTrue(ledger.save(items, os.path.join(tmp, 'new', 'l.yaml')))
         err = self.assertRaises(exception.PlanError, ledger.save, items,
-                                os.path.join(tmp, 'missing', 'l.yaml'))
-        self.assertIn('missing/l.yaml', str(err))
+                                os.path.join(path, 'l.yaml'))
+        self.assertIn('l.yaml/l.yaml', str(err))

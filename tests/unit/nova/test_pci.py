@@ -17,7 +17,7 @@ from amdgpu_virt.inventory.simulate import HostSpec
 from amdgpu_virt.inventory.simulate import design_host
 from amdgpu_virt.model import PciAddress
 from amdgpu_virt.model import Role
-from amdgpu_virt.nova import files
+from amdgpu_virt import fileutil
 from amdgpu_virt.nova import pci
 from amdgpu_virt.nova import plan as nova_plan
 from amdgpu_virt.nova.naming import Naming
@@ -278,11 +278,11 @@ class TestFiles(testtools.TestCase):
     def test_write_only_when_changed(self):
         with tempfile.TemporaryDirectory() as tmp:
             path = os.path.join(tmp, 'sub', 'x.conf')
-            self.assertTrue(files.write_if_changed(path, 'a\n'))
+            self.assertTrue(fileutil.write_if_changed(path, 'a\n'))
             before = os.stat(path).st_mtime_ns
-            self.assertFalse(files.write_if_changed(path, 'a\n'))
+            self.assertFalse(fileutil.write_if_changed(path, 'a\n'))
             self.assertEqual(before, os.stat(path).st_mtime_ns)
-            self.assertTrue(files.write_if_changed(path, 'b\n'))
+            self.assertTrue(fileutil.write_if_changed(path, 'b\n'))
             with open(path) as handle:
                 self.assertEqual('b\n', handle.read())
             self.assertEqual([], [n for n in os.listdir(os.path.dirname(
