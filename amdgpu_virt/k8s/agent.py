@@ -249,8 +249,9 @@ def from_conf(conf: Any, inventory: Any,
     if store is None:
         core_api = k8s_client.core_api(conf)
         store = KubernetesNodeStore(k8s_client.node_name(conf), core_api)
-    host = store.node_name if isinstance(store, KubernetesNodeStore) \
-        else None
+    host = None
+    if isinstance(store, KubernetesNodeStore):
+        host, core_api = store.node_name, store.api
     return NodeAgent(store, devices.units_from_inventory(inventory),
                      group.share_count,
                      health=deviceplugin.device_node_health(

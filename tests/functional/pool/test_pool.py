@@ -20,6 +20,7 @@ import uuid
 import fixtures
 import testtools
 
+from amdgpu_virt import conf as conf_pkg
 from amdgpu_virt import ledger as av_ledger
 from amdgpu_virt import yamlutil
 from amdgpu_virt.cmd import main as av_main
@@ -138,6 +139,33 @@ class PoolTestCase(testtools.TestCase):
         infos = agent.registration(units, 10, {})
         self.register(host, infos)
         return infos
+
+    def run_agent(self, host):
+        """One registration by the node agent of ``host``, which reads its
+        roles from the ledger ConfigMap (``ledger_source = configmap``)."""
+        conf = conf_pkg.new_conf()
+        conf.set_override('ledger_source', 'configmap', 'kubernetes')
+        conf.set_override('node_name', host, 'kubernetes')
+        node_agent = agent.from_conf(
+            conf, self.inventories[host],
+            store=agent.KubernetesNodeStore(host, self.k8s.api))
+        # the health check looks for /dev/kfd and the DRM nodes, which a
+        # machine without AMD GPUs lacks
+        node_agent.health = lambda unit: True
+        node_agent.sync_once()
+        return self.registered(host)
+
+    def registered(self, host):
+        """GPU addresses in the node's registration."""
+        node = self.k8s.server.get_object('nodes', host)
+        value = (node['metadata'].get('annotations') or {}).get(
+            hami.NODE_REGISTER)
+        return [i.custominfo[hami.CUSTOMINFO_PCI_BDF] for i in
+                hami.decode_node_register(value)] if value else []
+
+    def push_ledger(self):
+        ledgermap.write(self.k8s.api, self.ledger, ledgermap.Location(
+            'kube-system', 'amdgpu-virt-ledger'))
 
     def foreign_info(self, address, device_id):
         return hami.DeviceInfo(
@@ -463,8 +491,7 @@ class TestMove(PoolTestCase):
         self.assertEqual((GPU1,), ledgermap.k8s_gpus(stored, self.vm_host))
         # 5. the node agent registers what the ConfigMap gives it
         self.inventories[self.vm_host] = changed
-        self.register_k8s_host(self.vm_host,
-                               ledgermap.k8s_gpus(stored, self.vm_host))
+        self.assertEqual([GPU1], self.run_agent(self.vm_host))
         rc, stdout, _stderr = self.move()
         self.assertEqual(0, rc, stdout)
         self.assertIn('step confirm-offered: ok', stdout)
@@ -526,7 +553,11 @@ class TestMove(PoolTestCase):
             self.assertEqual(3, len(json.load(handle)['history']))
 
     def test_move_from_k8s_shared_to_idle(self):
-        infos = self.register_k8s_host()
+        self.push_ledger()
+        self.assertEqual([GPU0, GPU1], self.run_agent(self.k8s_host))
+        node = self.k8s.server.get_object('nodes', self.k8s_host)
+        infos = hami.decode_node_register(
+            node['metadata']['annotations'][hami.NODE_REGISTER])
         self.pod(self.k8s_host, 'trainer', [infos[1].id])
         args = ('move', '--ledger', self.ledger_path, '--gpu',
                 '%s:%s' % (self.k8s_host, GPU1), '--to', 'idle',
@@ -552,6 +583,9 @@ class TestMove(PoolTestCase):
         self.assertEqual((GPU0,), ledgermap.k8s_gpus(stored, self.k8s_host))
         self.assertEqual(Role.IDLE, av_ledger.load(self.ledger_path).get(
             self.k8s_host, GPU1).role)
+        # the node agent's next registration agrees: it does not offer
+        # the GPU again
+        self.assertEqual([GPU0], self.run_agent(self.k8s_host))
 
     def test_pod_on_a_device_the_node_no_longer_registers_blocks(self):
         self.register_k8s_host()
