@@ -14,6 +14,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import shutil
 import unittest
 import uuid
 
@@ -598,3 +599,75 @@ class TestMove(PoolTestCase):
         self.assertEqual(1, rc)
         self.assertIn('default/orphan (device gone-device not registered: '
                       'may be this GPU)', stdout)
+
+
+class TestMoveLiveHost(PoolTestCase):
+    """``move --sysfs-root``: the host change is seen in the host's sysfs
+    tree (written by the simulator, rewritten as the operator's change and
+    reboot would change it)."""
+
+    def setUp(self):
+        super().setUp()
+        self.root = os.path.join(self.tmp, 'sys')
+        self.write_tree(self.inventories[self.k8s_host])
+        self.push_ledger()
+        self.args = (
+            'move', '--ledger', self.ledger_path, '--gpu',
+            '%s:%s' % (self.k8s_host, GPU1), '--to', 'k8s-dedicated',
+            '--compute-mode', 'CPX', '--memory-mode', 'NPS1',
+            '--sysfs-root', self.root, '--state-dir',
+            os.path.join(self.tmp, 'state'))
+
+    def write_tree(self, inventory):
+        shutil.rmtree(self.root, ignore_errors=True)
+        simulate.write_tree(inventory, self.root)
+
+    def test_host_change_is_read_from_the_live_tree(self):
+        self.assertEqual([GPU0, GPU1], self.run_agent(self.k8s_host))
+        rc, stdout, _stderr = self.run_cli(*self.args)
+        self.assertEqual(75, rc, stdout)
+        self.assertIn('step confirm-withdrawn: ok', stdout)
+        self.assertIn('change host %s' % self.k8s_host, stdout)
+        self.assertIn('--compute-partition CPX', stdout)
+        self.assertEqual([GPU0], self.registered(self.k8s_host))
+        # the tree is unchanged: still waiting
+        rc, stdout, _stderr = self.run_cli(*self.args)
+        self.assertEqual(75, rc, stdout)
+        self.assertIn('change host %s' % self.k8s_host, stdout)
+        # the host is down (no GPU readable): an error naming the tree;
+        # the recorded steps stay, the move resumes when it is back
+        shutil.rmtree(self.root)
+        os.makedirs(self.root)
+        rc, stdout, stderr = self.run_cli(*self.args)
+        self.assertEqual(1, rc, stdout)
+        self.assertIn('No AMD GPU could be read from %s' % self.root, stderr)
+        state = os.path.join(self.tmp, 'state', 'move-%s-0000-25-00.0.json'
+                             % self.k8s_host)
+        with open(state) as handle:
+            self.assertEqual(3, len(json.load(handle)['history']))
+        # the operator set GPU1 to CPX and the host came back
+        changed = simulate.design_host(simulate.HostSpec(
+            self.k8s_host, gpus=2, gpu_modes=('spx', 'cpx')))
+        self.write_tree(changed)
+        rc, stdout, _stderr = self.run_cli(*self.args)
+        self.assertEqual(75, rc, stdout)
+        self.assertIn('step host-change: ok', stdout)
+        self.assertIn('waiting for k8s to offer', stdout)
+        # the node agent registers the GPU's partitions from the ConfigMap
+        self.inventories[self.k8s_host] = changed
+        self.assertEqual([GPU0] + [GPU1] * 8, self.run_agent(self.k8s_host))
+        rc, stdout, _stderr = self.run_cli(*self.args)
+        self.assertEqual(0, rc, stdout)
+        self.assertIn('is now k8s-dedicated', stdout)
+        self.assertEqual('CPX', av_ledger.load(self.ledger_path).get(
+            self.k8s_host, GPU1).compute_mode)
+
+    def test_the_tree_must_be_of_the_gpus_host(self):
+        with open(self.conf_file, 'a') as handle:
+            handle.write('[inventory]\nhostname = elsewhere\n')
+        rc, _stdout, stderr = self.run_cli(*self.args)
+        self.assertEqual(1, rc)
+        self.assertIn('sysfs tree %s' % self.root, stderr)
+        self.assertIn('it reads host elsewhere, not %s' % self.k8s_host,
+                      stderr)
+        self.assertIn('[inventory] hostname', stderr)
