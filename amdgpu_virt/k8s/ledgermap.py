@@ -4,9 +4,10 @@ The Kubernetes side reads the GPU roles from a ConfigMap (``[pool]
 configmap_namespace`` / ``configmap_name``) holding the ledger YAML under
 the key ``ledger.yaml``, the same text as the ledger file. Node agents
 and device plugins read their own host's roles from it (:func:`k8s_gpus`,
-through :mod:`amdgpu_virt.k8s.noderoles`). Writes are idempotent: nothing is sent when the
-ConfigMap already holds the same ledger; a replace carries the
-resourceVersion read, so a concurrent change is a conflict, not a loss.
+through :mod:`amdgpu_virt.k8s.noderoles`). Writes are idempotent: nothing
+is sent when the ConfigMap already holds the same ledger; a replace
+carries the resourceVersion read, so a concurrent change is a conflict,
+not a loss.
 """
 
 from __future__ import annotations
