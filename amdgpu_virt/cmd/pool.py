@@ -64,20 +64,90 @@ def _snapshot_path(directory: str, host: str) -> str | None:
     return None
 
 
-class Inventories:
-    """Where the hosts' inventories come from; read again on each call."""
+def _add_live_args(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument(
+        '--live', action='store_true',
+        help='read the inventory of the GPU\'s host through the [inventory] '
+             'driver of this machine (its sysfs_root, snapshot_path and '
+             'hostname options), again at each check, instead of from '
+             '--fleet or --snapshot-dir; run the move on that host, or set '
+             '[inventory] hostname to its name')
+    group.add_argument(
+        '--sysfs-root', metavar='DIR',
+        help='like --live with the sysfs inventory driver reading DIR (the '
+             'host\'s sysfs tree) instead of [inventory] driver and '
+             'sysfs_root')
 
-    def __init__(self, args: argparse.Namespace) -> None:
+
+class LiveHost:
+    """One host read through an inventory driver, scanned on each call.
+
+    :param conf: the configuration (``[inventory]`` options).
+    :param host: the host the inventory must be of.
+    :param sysfs_root: use the sysfs driver on this tree instead of
+        ``[inventory] driver``; the host is ``[inventory] hostname`` when
+        set, else ``host``.
+    :raises DriverNotFound: the inventory driver cannot be loaded.
+    """
+
+    def __init__(self, conf: cfg.ConfigOpts, host: str,
+                 sysfs_root: str | None = None) -> None:
+        self.host = host
+        namespace = 'amdgpu_virt.inventory'
+        if sysfs_root:
+            self.where = 'sysfs tree %s' % sysfs_root
+            self.driver = plugins.load_driver(
+                namespace, 'sysfs', conf, root=sysfs_root,
+                hostname=conf.inventory.hostname or host)
+        else:
+            self.where = '[inventory] driver %s' % conf.inventory.driver
+            self.driver = plugins.load_driver(namespace,
+                                              conf.inventory.driver, conf)
+
+    def scan(self) -> HostInventory:
+        """The host's inventory as it is now.
+
+        :raises InventoryError: it cannot be read, or it is of another host
+            (naming ``[inventory] hostname``).
+        """
+        inventory: HostInventory = self.driver.scan()
+        if inventory.hostname != self.host:
+            raise exception.InventoryError(
+                source=self.where, reason='it reads host %s, not %s (run '
+                'the move on %s or set [inventory] hostname)' % (
+                    inventory.hostname, self.host, self.host))
+        return inventory
+
+
+class Inventories:
+    """Where the hosts' inventories come from; read again on each call.
+
+    :param live: one host read live (``--live``, ``--sysfs-root``); the
+        other hosts still come from the fleet or snapshot files.
+    """
+
+    def __init__(self, args: argparse.Namespace,
+                 live: LiveHost | None = None) -> None:
         self.fleet = args.fleet
         self.snapshot_dir = args.snapshot_dir
+        self.live = live
 
     def all(self, hosts: Sequence[str]) -> dict[str, HostInventory]:
-        """Inventories of those of ``hosts`` that have one."""
-        if self.snapshot_dir is None:
-            return {inv.hostname: inv for inv in
-                    av_fleet.load_fleet(self.fleet)
-                    if inv.hostname in set(hosts)}
+        """Inventories of those of ``hosts`` that have one.
+
+        :raises InventoryError: the live host cannot be read.
+        """
+        live = self.live
         result = {}
+        if live is not None and live.host in hosts:
+            result[live.host] = live.scan()
+            hosts = [h for h in hosts if h != live.host]
+        if self.snapshot_dir is None:
+            result.update({inv.hostname: inv for inv in
+                           av_fleet.load_fleet(self.fleet)
+                           if inv.hostname in set(hosts)})
+            return result
         for host in hosts:
             path = _snapshot_path(self.snapshot_dir, host)
             if path is not None:
@@ -423,14 +493,18 @@ class Move(command.Command):
                             help='where re-rendered files go (instead of '
                                  '[pool] output_dir)')
         _add_inventory_args(parser)
+        _add_live_args(parser)
         return parser
 
     def take_action(self, parsed_args: argparse.Namespace) -> int:
         conf = _conf(self.app)
         out = self.app.stdout
-        inventories = Inventories(parsed_args)
-        ledger, _found = _load_ledger(parsed_args.ledger, inventories)
         host, address = parse_gpu(parsed_args.gpu)
+        live = None
+        if parsed_args.live or parsed_args.sysfs_root:
+            live = LiveHost(conf, host, parsed_args.sysfs_root)
+        inventories = Inventories(parsed_args, live)
+        ledger, _found = _load_ledger(parsed_args.ledger, inventories)
         state_dir = parsed_args.state_dir or conf.pool.state_dir
         output_dir = parsed_args.output_dir or conf.pool.output_dir
         old = ledger.get(host, address)

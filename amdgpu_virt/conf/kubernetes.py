@@ -1,7 +1,7 @@
 """Options of the ``[kubernetes]`` group.
 
 They configure the Kubernetes side: the kubelet device plugin, the
-admission webhook and (later) the node agent and scheduler extender.
+admission webhook, the node agent and the scheduler extender.
 """
 
 from __future__ import annotations
@@ -98,7 +98,40 @@ kubernetes_opts: list[cfg.Opt] = [
              '(hami.io/node-amd-register) by the node agent; it is '
              'written only when it changed.\n\n'
              'Possible values:\n\n'
-             '* 1 to 3600 seconds; HAMi re-registers every 30\n'),
+             '* 1 to 3600 seconds; HAMi re-registers every 30\n\n'
+             'Related options:\n\n'
+             '* ledger_source (the ledger is read again at this '
+             'interval)\n'),
+    cfg.StrOpt(
+        'ledger_source', default='none', choices=[
+            ('none', 'no ledger: the node agent registers and the device '
+                     'plugin offers every GPU amdgpu drives'),
+            ('configmap', 'read the role ledger from the ConfigMap [pool] '
+                          'configmap_namespace/configmap_name through the '
+                          'API'),
+            ('file', 'read the role ledger from ledger_file (e.g. the '
+                     'ConfigMap mounted as a volume)')],
+        help='Where the node agent and the device plugin read the role '
+             'ledger. With a source, they offer only the GPUs whose role on '
+             'this node (node_name) is k8s-shared or k8s-dedicated, and '
+             'read the ledger again every registration_interval seconds: '
+             'the agent drops the other GPUs from hami.io/node-amd-register '
+             'and the device plugin reports them unhealthy. A missing or '
+             'malformed ledger is logged and the last good one is kept; '
+             'until a first good ledger is read, no GPU is offered.\n\n'
+             'Related options:\n\n'
+             '* ledger_file\n'
+             '* registration_interval\n'
+             '* [pool] configmap_namespace, configmap_name\n'),
+    cfg.StrOpt(
+        'ledger_file',
+        help='Path of the role ledger YAML when ledger_source is ``file``.'
+             '\n\nPossible values:\n\n'
+             '* unset (required when ledger_source is ``file``)\n'
+             '* a path, usually the key ledger.yaml of the ledger ConfigMap '
+             'mounted into the pod\n\n'
+             'Related options:\n\n'
+             '* ledger_source\n'),
     cfg.StrOpt(
         'device_root', default='/',
         help='Root under which the device nodes /dev/kfd and /dev/dri/* '

@@ -39,18 +39,23 @@ pool_opts: list[cfg.Opt] = [
     cfg.StrOpt(
         'configmap_namespace', default='kube-system', regex=_NAME_RE,
         help='Namespace of the ConfigMap that holds the role ledger for '
-             'the Kubernetes side (node agents read their roles from it).'
+             'the Kubernetes side ("amdgpu-virt apply --push-configmap" and '
+             '"amdgpu-virt move" write it; node agents and device plugins '
+             'read their roles from it with [kubernetes] ledger_source = '
+             'configmap).'
              '\n\nPossible values:\n\n'
              '* a Kubernetes namespace name\n\n'
              'Related options:\n\n'
-             '* configmap_name\n'),
+             '* configmap_name\n'
+             '* [kubernetes] ledger_source\n'),
     cfg.StrOpt(
         'configmap_name', default='amdgpu-virt-ledger', regex=_NAME_RE,
         help='Name of the ConfigMap that holds the role ledger.\n\n'
              'Possible values:\n\n'
              '* a Kubernetes object name\n\n'
              'Related options:\n\n'
-             '* configmap_namespace\n'),
+             '* configmap_namespace\n'
+             '* [kubernetes] ledger_source\n'),
 ]
 
 

@@ -9,6 +9,11 @@ only when it differs from what the node carries (compared after
 decoding, so that an equivalent value written by another encoder is left
 alone). Writes carry the node's resourceVersion and are retried on
 conflict. :meth:`NodeAgent.cleanup` removes the annotation.
+
+With a role ledger (:mod:`amdgpu_virt.k8s.noderoles`), each registration
+reads the ledger again and lists only the GPUs it gives to Kubernetes on
+this node: a GPU moved to another role leaves the annotation at the next
+registration, which is what ``amdgpu-virt move`` waits for.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from typing import Any
 
 from amdgpu_virt import exception
 from amdgpu_virt.k8s import devices
+from amdgpu_virt.k8s import noderoles
 from amdgpu_virt.k8s import pods
 from amdgpu_virt.sharing import hami
 
@@ -107,13 +113,18 @@ class NodeAgent:
     :param share_count: ``count`` of every device (the device plugin's).
     :param health: health check per unit; default: all healthy.
     :param interval: seconds between registrations (HAMi: 30).
+    :param roles: the role ledger of the node, read at each registration;
+        only the GPUs it gives to Kubernetes are registered. None: every
+        unit is.
     """
 
     def __init__(self, store: NodeStore,
                  units: Sequence[devices.GpuUnit], share_count: int,
-                 health: Any = None, interval: float = 30.0) -> None:
+                 health: Any = None, interval: float = 30.0,
+                 roles: noderoles.NodeRoles | None = None) -> None:
         self.store = store
         self.units = tuple(units)
+        self.roles = roles
         self.share_count = share_count
         self.health = health or (lambda unit: True)
         self.interval = interval
@@ -122,15 +133,32 @@ class NodeAgent:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
+    def offered_units(self) -> tuple[devices.GpuUnit, ...]:
+        """The units to register: those the ledger gives to Kubernetes
+        (read again now), or every unit without a ledger."""
+        if self.roles is None:
+            return self.units
+        allowed = self.roles.refresh()
+        kept = tuple(u for u in self.units
+                     if self.roles.offers(u.gpu_address, allowed))
+        withdrawn = sorted({u.gpu_address for u in self.units} -
+                           {u.gpu_address for u in kept})
+        if withdrawn:
+            LOG.debug('Not registering GPUs %s: the ledger does not give '
+                      'them to Kubernetes on %s', ', '.join(withdrawn),
+                      self.roles.host)
+        return kept
+
     def desired(self) -> tuple[hami.DeviceInfo, ...]:
+        units = self.offered_units()
         healthy = {}
-        for unit in self.units:
+        for unit in units:
             try:
                 healthy[unit.uuid] = bool(self.health(unit))
             except Exception:  # a failing check is not a healthy GPU
                 LOG.exception('Health check of GPU %s failed', unit.rocr_id)
                 healthy[unit.uuid] = False
-        return registration(self.units, self.share_count, healthy)
+        return registration(units, self.share_count, healthy)
 
     def sync_once(self) -> bool:
         """Register the node's GPUs if the node says otherwise.
@@ -217,11 +245,16 @@ def from_conf(conf: Any, inventory: Any,
     from amdgpu_virt.k8s import deviceplugin
 
     group = conf.kubernetes
+    core_api = None
     if store is None:
-        store = KubernetesNodeStore(k8s_client.node_name(conf),
-                                    k8s_client.core_api(conf))
+        core_api = k8s_client.core_api(conf)
+        store = KubernetesNodeStore(k8s_client.node_name(conf), core_api)
+    host = None
+    if isinstance(store, KubernetesNodeStore):
+        host, core_api = store.node_name, store.api
     return NodeAgent(store, devices.units_from_inventory(inventory),
                      group.share_count,
                      health=deviceplugin.device_node_health(
                          group.device_root),
-                     interval=group.registration_interval)
+                     interval=group.registration_interval,
+                     roles=noderoles.from_conf(conf, host, core_api))

@@ -16,6 +16,11 @@ the pod's HAMi annotations (see :mod:`amdgpu_virt.k8s.sharedalloc`): the
 container also gets ``HSA_CU_MASK``, memory limits and the ``LD_AUDIT``
 library, the pod's ``hami.io/amd-cu-allocated`` and bind phase are
 written and the node lock is released.
+
+With a role ledger (:mod:`amdgpu_virt.k8s.noderoles`, read again every
+``[kubernetes] registration_interval`` seconds), the GPUs the ledger does
+not give to Kubernetes on this node are listed unhealthy, so kubelet does
+not hand them out, and Allocate refuses their device IDs.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ import grpc
 from amdgpu_virt import exception
 from amdgpu_virt import model
 from amdgpu_virt.k8s import devices
+from amdgpu_virt.k8s import noderoles
 from amdgpu_virt.k8s import pods as pods_mod
 from amdgpu_virt.k8s import sharedalloc
 from amdgpu_virt.k8s.proto.deviceplugin.v1beta1 import api_pb2
@@ -174,6 +180,8 @@ class DevicePlugin:
         None for whole-GPU allocation by device ID.
     :param cu_strategy: how free CUs are chosen for shared GPUs.
     :param library: the LD_AUDIT library given to shared containers.
+    :param roles: the role ledger of the node; GPUs it does not give to
+        Kubernetes are unhealthy. None: every GPU may be offered.
     """
 
     def __init__(self, inventory: model.HostInventory,
@@ -185,7 +193,8 @@ class DevicePlugin:
                  gpus: Sequence[str] | None = None,
                  pod_source: pods_mod.PodSource | None = None,
                  cu_strategy: allocator.CuStrategy | None = None,
-                 library: str = hami.LD_AUDIT_LIBRARY) -> None:
+                 library: str = hami.LD_AUDIT_LIBRARY,
+                 roles: noderoles.NodeRoles | None = None) -> None:
         if share_count < 1:
             raise exception.ConfigError(
                 option='[kubernetes] share_count',
@@ -204,6 +213,7 @@ class DevicePlugin:
         self.pod_source = pod_source
         self.cu_strategy = cu_strategy
         self.library = library
+        self.roles = roles
         self._allocate_lock = threading.Lock()
         self.cond = threading.Condition()
         #: bumped whenever the device list changes
@@ -223,9 +233,17 @@ class DevicePlugin:
                                     self.healthy)
 
     def check_health(self) -> bool:
-        """Re-check every unit; :returns: True if anything changed."""
+        """Re-check every unit; :returns: True if anything changed.
+
+        A unit of a GPU the role ledger withdrew is unhealthy.
+        """
+        allowed = self.roles.current() if self.roles is not None else None
         healthy = {}
         for unit in self.units:
+            if self.roles is not None and not self.roles.offers(
+                    unit.gpu_address, allowed):
+                healthy[unit.uuid] = False
+                continue
             try:
                 healthy[unit.uuid] = bool(self.health_check(unit))
             except Exception:  # a failing check is not a healthy GPU
@@ -253,6 +271,7 @@ class DevicePlugin:
             SharingError, KubernetesError: naming the request, pod or
             annotation at fault.
         """
+        self._check_offered(device_ids, request)
         if self.pod_source is None:
             allocation = self.index.whole_gpus(device_ids, request)
         else:
@@ -261,6 +280,24 @@ class DevicePlugin:
         LOG.info('Allocated %s for %s: %s', self.resource_name, request,
                  dict(allocation.envs).get('ROCR_VISIBLE_DEVICES'))
         return allocation
+
+    def _check_offered(self, device_ids: Sequence[str],
+                       request: str) -> None:
+        """Refuse devices of GPUs the role ledger withdrew.
+
+        :raises DevicePluginError: naming the device and its GPU.
+        """
+        if self.roles is None:
+            return
+        for device_id in device_ids:
+            unit, _slot = self.index.resolve(device_id, request)
+            if not self.roles.offers(unit.gpu_address):
+                raise exception.DevicePluginError(
+                    resource=self.resource_name,
+                    reason='%s: device %s is on GPU %s, which the role '
+                    'ledger (%s) does not give to Kubernetes on %s' % (
+                        request, device_id, unit.gpu_address,
+                        self.roles.source, self.roles.host))
 
     def _allocate_shared(self, device_ids: Sequence[str],
                          request: str) -> devices.ContainerAllocation:
@@ -428,7 +465,9 @@ def from_conf(conf: Any, inventory: model.HostInventory,
     """A device plugin configured by the ``[kubernetes]`` options.
 
     In ``hami`` allocation mode without ``pod_source``, pods are read
-    through the API (``[kubernetes] kubeconfig``, ``node_name``).
+    through the API (``[kubernetes] kubeconfig``, ``node_name``). With
+    ``[kubernetes] ledger_source``, only the GPUs of the role ledger are
+    offered.
 
     :raises ConfigError: naming the option at fault.
     :raises DriverNotFound: an unknown ``[sharing] cu_strategy``.
@@ -440,6 +479,9 @@ def from_conf(conf: Any, inventory: model.HostInventory,
             k8s_client.node_name(conf), k8s_client.core_api(conf))
     elif group.allocation_mode == 'whole':
         pod_source = None
+    roles = noderoles.from_conf(
+        conf, pod_source.node_name if pod_source is not None else None,
+        getattr(pod_source, 'api', None))
     return DevicePlugin(
         inventory, plugin_dir=group.device_plugin_dir,
         socket_name=group.device_plugin_socket,
@@ -448,4 +490,4 @@ def from_conf(conf: Any, inventory: model.HostInventory,
         health=device_node_health(group.device_root),
         pod_source=pod_source,
         cu_strategy=allocator.load_strategy(conf.sharing.cu_strategy),
-        library=group.vgpu_library)
+        library=group.vgpu_library, roles=roles)

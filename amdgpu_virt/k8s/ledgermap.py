@@ -3,10 +3,11 @@
 The Kubernetes side reads the GPU roles from a ConfigMap (``[pool]
 configmap_namespace`` / ``configmap_name``) holding the ledger YAML under
 the key ``ledger.yaml``, the same text as the ledger file. Node agents
-read their own host's roles from it (:func:`host_roles`,
-:func:`k8s_gpus`). Writes are idempotent: nothing is sent when the
-ConfigMap already holds the same ledger; a replace carries the
-resourceVersion read, so a concurrent change is a conflict, not a loss.
+and device plugins read their own host's roles from it (:func:`k8s_gpus`,
+through :mod:`amdgpu_virt.k8s.noderoles`). Writes are idempotent: nothing
+is sent when the ConfigMap already holds the same ledger; a replace
+carries the resourceVersion read, so a concurrent change is a conflict,
+not a loss.
 """
 
 from __future__ import annotations
@@ -137,8 +138,8 @@ def node_gpus(core_api: Any, where: Location, host: str
     """What the node agent of ``host`` may offer, read from the ConfigMap.
 
     :returns: PCI addresses of the node's ``k8s-*`` GPUs; None when there
-        is no ledger ConfigMap (then the agent offers every GPU amdgpu
-        drives, as without a ledger).
+        is no ledger ConfigMap (a node agent then keeps its last good
+        ledger, see :mod:`amdgpu_virt.k8s.noderoles`).
     :raises PlanError: the ConfigMap holds an invalid ledger.
     :raises KubernetesError: it cannot be read.
     """

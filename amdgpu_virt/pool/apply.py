@@ -86,9 +86,11 @@ class NovaRenderer(Protocol):
 def _agent_conf(host: str, namespace: str, name: str) -> str:
     return '\n'.join([
         HEADER % host,
-        '# The node agent reads the roles of this node\'s GPUs from the',
-        '# ledger ConfigMap and offers only its k8s-* GPUs.',
-        '[kubernetes]', 'node_name = %s' % host, '',
+        '# The node agent and the device plugin read the roles of this',
+        '# node\'s GPUs from the ledger ConfigMap and offer only its k8s-*',
+        '# GPUs.',
+        '[kubernetes]', 'node_name = %s' % host, 'ledger_source = configmap',
+        '',
         '[pool]', 'configmap_namespace = %s' % namespace,
         'configmap_name = %s' % name]) + '\n'
 

@@ -5,13 +5,18 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import fixtures
 import testtools
 from kubernetes import client
 
+from amdgpu_virt import conf as conf_pkg
 from amdgpu_virt import exception
+from amdgpu_virt import ledger as av_ledger
 from amdgpu_virt.inventory import simulate
 from amdgpu_virt.k8s import agent
 from amdgpu_virt.k8s import devices
+from amdgpu_virt.k8s import ledgermap
+from amdgpu_virt.model import Role
 from amdgpu_virt.sharing import hami
 from tests.functional.fixtures import kubeclient
 
@@ -113,3 +118,71 @@ class NodeAgentTest(testtools.TestCase):
                                self.units, 10)
         err = self.assertRaises(exception.KubernetesError, lost.sync_once)
         self.assertIn('ghost', str(err))
+
+
+class LedgerConfigMapTest(testtools.TestCase):
+    """The agent registers what the ledger ConfigMap gives its node."""
+
+    def setUp(self) -> None:
+        super().setUp()
+        self.kube = self.useFixture(kubeclient.ApiServerFixture())
+        self.kube.api.create_node(client.V1Node(
+            metadata=client.V1ObjectMeta(name='n1')))
+        self.inventory = simulate.design_host(
+            simulate.HostSpec(hostname='n1', gpus=2))
+        self.gpus = [g.address for g in self.inventory.gpus]
+        self.where = ledgermap.Location('kube-system', 'amdgpu-virt-ledger')
+        conf = conf_pkg.new_conf()
+        conf.set_override('ledger_source', 'configmap', 'kubernetes')
+        conf.set_override('node_name', 'n1', 'kubernetes')
+        conf.set_override('device_root', '/nonexistent', 'kubernetes')
+        self.agent = agent.from_conf(
+            conf, self.inventory,
+            store=agent.KubernetesNodeStore('n1', self.kube.api))
+        # the health check looks for /dev/kfd, which this machine lacks
+        self.agent.health = lambda unit: True
+
+    def write_ledger(self, *roles: Role) -> None:
+        ledgermap.write(self.kube.api, av_ledger.build([
+            av_ledger.GpuAssignment(
+                'n1', address, role, 'MI300X',
+                vf_count=8 if role is Role.NOVA_VF else None)
+            for address, role in zip(self.gpus, roles, strict=True)]),
+            self.where)
+
+    def registered(self) -> list[str]:
+        node = self.kube.api.read_node('n1')
+        value = (node.metadata.annotations or {}).get(hami.NODE_REGISTER)
+        if value is None:
+            return []
+        return [i.custominfo[hami.CUSTOMINFO_PCI_BDF]
+                for i in hami.decode_node_register(value)]
+
+    def test_a_gpu_moved_to_nova_vf_leaves_the_registration(self) -> None:
+        # no ConfigMap yet: nothing is offered (fail closed)
+        self.agent.sync_once()
+        self.assertEqual([], self.registered())
+        self.write_ledger(Role.K8S_SHARED, Role.K8S_DEDICATED)
+        self.assertTrue(self.agent.sync_once())
+        self.assertEqual([str(a) for a in self.gpus], self.registered())
+        self.write_ledger(Role.K8S_SHARED, Role.NOVA_VF)
+        self.assertTrue(self.agent.sync_once())
+        self.assertEqual([str(self.gpus[0])], self.registered())
+        # the ConfigMap is damaged: the last good ledger stays in force
+        self.kube.api.patch_namespaced_config_map(
+            self.where.name, self.where.namespace,
+            {'data': {ledgermap.DATA_KEY: 'hosts: {n1: {gpus: [{}]}}'}})
+        logger = self.useFixture(fixtures.FakeLogger())
+        self.assertFalse(self.agent.sync_once())
+        self.assertIn('configmap kube-system/amdgpu-virt-ledger',
+                      logger.output)
+        self.assertIn('keeps the last good ledger', logger.output)
+        self.assertEqual([str(self.gpus[0])], self.registered())
+        # and so it does when the ConfigMap is deleted
+        self.kube.api.delete_namespaced_config_map(self.where.name,
+                                                   self.where.namespace)
+        self.assertFalse(self.agent.sync_once())
+        self.assertEqual([str(self.gpus[0])], self.registered())
+        self.write_ledger(Role.K8S_SHARED, Role.K8S_SHARED)
+        self.assertTrue(self.agent.sync_once())
+        self.assertEqual(2, len(self.registered()))

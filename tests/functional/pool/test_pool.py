@@ -14,12 +14,14 @@ from __future__ import annotations
 import io
 import json
 import os
+import shutil
 import unittest
 import uuid
 
 import fixtures
 import testtools
 
+from amdgpu_virt import conf as conf_pkg
 from amdgpu_virt import ledger as av_ledger
 from amdgpu_virt import yamlutil
 from amdgpu_virt.cmd import main as av_main
@@ -138,6 +140,33 @@ class PoolTestCase(testtools.TestCase):
         infos = agent.registration(units, 10, {})
         self.register(host, infos)
         return infos
+
+    def run_agent(self, host):
+        """One registration by the node agent of ``host``, which reads its
+        roles from the ledger ConfigMap (``ledger_source = configmap``)."""
+        conf = conf_pkg.new_conf()
+        conf.set_override('ledger_source', 'configmap', 'kubernetes')
+        conf.set_override('node_name', host, 'kubernetes')
+        node_agent = agent.from_conf(
+            conf, self.inventories[host],
+            store=agent.KubernetesNodeStore(host, self.k8s.api))
+        # the health check looks for /dev/kfd and the DRM nodes, which a
+        # machine without AMD GPUs lacks
+        node_agent.health = lambda unit: True
+        node_agent.sync_once()
+        return self.registered(host)
+
+    def registered(self, host):
+        """GPU addresses in the node's registration."""
+        node = self.k8s.server.get_object('nodes', host)
+        value = (node['metadata'].get('annotations') or {}).get(
+            hami.NODE_REGISTER)
+        return [i.custominfo[hami.CUSTOMINFO_PCI_BDF] for i in
+                hami.decode_node_register(value)] if value else []
+
+    def push_ledger(self):
+        ledgermap.write(self.k8s.api, self.ledger, ledgermap.Location(
+            'kube-system', 'amdgpu-virt-ledger'))
 
     def foreign_info(self, address, device_id):
         return hami.DeviceInfo(
@@ -463,8 +492,7 @@ class TestMove(PoolTestCase):
         self.assertEqual((GPU1,), ledgermap.k8s_gpus(stored, self.vm_host))
         # 5. the node agent registers what the ConfigMap gives it
         self.inventories[self.vm_host] = changed
-        self.register_k8s_host(self.vm_host,
-                               ledgermap.k8s_gpus(stored, self.vm_host))
+        self.assertEqual([GPU1], self.run_agent(self.vm_host))
         rc, stdout, _stderr = self.move()
         self.assertEqual(0, rc, stdout)
         self.assertIn('step confirm-offered: ok', stdout)
@@ -526,7 +554,11 @@ class TestMove(PoolTestCase):
             self.assertEqual(3, len(json.load(handle)['history']))
 
     def test_move_from_k8s_shared_to_idle(self):
-        infos = self.register_k8s_host()
+        self.push_ledger()
+        self.assertEqual([GPU0, GPU1], self.run_agent(self.k8s_host))
+        node = self.k8s.server.get_object('nodes', self.k8s_host)
+        infos = hami.decode_node_register(
+            node['metadata']['annotations'][hami.NODE_REGISTER])
         self.pod(self.k8s_host, 'trainer', [infos[1].id])
         args = ('move', '--ledger', self.ledger_path, '--gpu',
                 '%s:%s' % (self.k8s_host, GPU1), '--to', 'idle',
@@ -552,6 +584,9 @@ class TestMove(PoolTestCase):
         self.assertEqual((GPU0,), ledgermap.k8s_gpus(stored, self.k8s_host))
         self.assertEqual(Role.IDLE, av_ledger.load(self.ledger_path).get(
             self.k8s_host, GPU1).role)
+        # the node agent's next registration agrees: it does not offer
+        # the GPU again
+        self.assertEqual([GPU0], self.run_agent(self.k8s_host))
 
     def test_pod_on_a_device_the_node_no_longer_registers_blocks(self):
         self.register_k8s_host()
@@ -564,3 +599,75 @@ class TestMove(PoolTestCase):
         self.assertEqual(1, rc)
         self.assertIn('default/orphan (device gone-device not registered: '
                       'may be this GPU)', stdout)
+
+
+class TestMoveLiveHost(PoolTestCase):
+    """``move --sysfs-root``: the host change is seen in the host's sysfs
+    tree (written by the simulator, rewritten as the operator's change and
+    reboot would change it)."""
+
+    def setUp(self):
+        super().setUp()
+        self.root = os.path.join(self.tmp, 'sys')
+        self.write_tree(self.inventories[self.k8s_host])
+        self.push_ledger()
+        self.args = (
+            'move', '--ledger', self.ledger_path, '--gpu',
+            '%s:%s' % (self.k8s_host, GPU1), '--to', 'k8s-dedicated',
+            '--compute-mode', 'CPX', '--memory-mode', 'NPS1',
+            '--sysfs-root', self.root, '--state-dir',
+            os.path.join(self.tmp, 'state'))
+
+    def write_tree(self, inventory):
+        shutil.rmtree(self.root, ignore_errors=True)
+        simulate.write_tree(inventory, self.root)
+
+    def test_host_change_is_read_from_the_live_tree(self):
+        self.assertEqual([GPU0, GPU1], self.run_agent(self.k8s_host))
+        rc, stdout, _stderr = self.run_cli(*self.args)
+        self.assertEqual(75, rc, stdout)
+        self.assertIn('step confirm-withdrawn: ok', stdout)
+        self.assertIn('change host %s' % self.k8s_host, stdout)
+        self.assertIn('--compute-partition CPX', stdout)
+        self.assertEqual([GPU0], self.registered(self.k8s_host))
+        # the tree is unchanged: still waiting
+        rc, stdout, _stderr = self.run_cli(*self.args)
+        self.assertEqual(75, rc, stdout)
+        self.assertIn('change host %s' % self.k8s_host, stdout)
+        # the host is down (no GPU readable): an error naming the tree;
+        # the recorded steps stay, the move resumes when it is back
+        shutil.rmtree(self.root)
+        os.makedirs(self.root)
+        rc, stdout, stderr = self.run_cli(*self.args)
+        self.assertEqual(1, rc, stdout)
+        self.assertIn('No AMD GPU could be read from %s' % self.root, stderr)
+        state = os.path.join(self.tmp, 'state', 'move-%s-0000-25-00.0.json'
+                             % self.k8s_host)
+        with open(state) as handle:
+            self.assertEqual(3, len(json.load(handle)['history']))
+        # the operator set GPU1 to CPX and the host came back
+        changed = simulate.design_host(simulate.HostSpec(
+            self.k8s_host, gpus=2, gpu_modes=('spx', 'cpx')))
+        self.write_tree(changed)
+        rc, stdout, _stderr = self.run_cli(*self.args)
+        self.assertEqual(75, rc, stdout)
+        self.assertIn('step host-change: ok', stdout)
+        self.assertIn('waiting for k8s to offer', stdout)
+        # the node agent registers the GPU's partitions from the ConfigMap
+        self.inventories[self.k8s_host] = changed
+        self.assertEqual([GPU0] + [GPU1] * 8, self.run_agent(self.k8s_host))
+        rc, stdout, _stderr = self.run_cli(*self.args)
+        self.assertEqual(0, rc, stdout)
+        self.assertIn('is now k8s-dedicated', stdout)
+        self.assertEqual('CPX', av_ledger.load(self.ledger_path).get(
+            self.k8s_host, GPU1).compute_mode)
+
+    def test_the_tree_must_be_of_the_gpus_host(self):
+        with open(self.conf_file, 'a') as handle:
+            handle.write('[inventory]\nhostname = elsewhere\n')
+        rc, _stdout, stderr = self.run_cli(*self.args)
+        self.assertEqual(1, rc)
+        self.assertIn('sysfs tree %s' % self.root, stderr)
+        self.assertIn('it reads host elsewhere, not %s' % self.k8s_host,
+                      stderr)
+        self.assertIn('[inventory] hostname', stderr)

@@ -4,17 +4,22 @@ Rendering runs on the embedded sample fleet; the commands that need
 Placement and the Kubernetes API are tested in tests/functional/pool.
 """
 
+import argparse
 import io
 import os
+import shutil
 
 import fixtures
 import testtools
 
+from amdgpu_virt import conf as conf_pkg
 from amdgpu_virt import exception
 from amdgpu_virt import ledger
 from amdgpu_virt import yamlutil
 from amdgpu_virt.cmd import main as av_main
 from amdgpu_virt.cmd import pool as cmd_pool
+from amdgpu_virt.inventory import simulate
+from amdgpu_virt.model import Driver
 from amdgpu_virt.model import PciAddress
 from amdgpu_virt.model import Role
 
@@ -137,3 +142,55 @@ class TestMoveArguments(testtools.TestCase):
                                  '--no-k8s')
         self.assertEqual(1, rc)
         self.assertIn('at least one side', stderr)
+
+
+class TestLiveHost(testtools.TestCase):
+    """``move --live`` / ``--sysfs-root``: the host read through the
+    inventory driver, again at each call (a simulated sysfs tree stands
+    in for the host's /sys, which has no AMD GPU here)."""
+
+    def setUp(self):
+        super().setUp()
+        self.root = os.path.join(self.useFixture(fixtures.TempDir()).path,
+                                 'sys')
+        self.write('gim-spx')
+        self.conf = conf_pkg.new_conf()
+        self.args = argparse.Namespace(fleet=None, snapshot_dir=None)
+
+    def write(self, mode):
+        shutil.rmtree(self.root, ignore_errors=True)
+        simulate.simulate_host(simulate.HostSpec('h1', gpus=1, mode=mode),
+                               self.root)
+
+    def test_live_uses_the_inventory_options_and_scans_again(self):
+        self.conf.set_override('sysfs_root', self.root, 'inventory')
+        self.conf.set_override('hostname', 'h1', 'inventory')
+        inventories = cmd_pool.Inventories(
+            self.args, cmd_pool.LiveHost(self.conf, 'h1'))
+        self.assertEqual(Driver.GIM, inventories.of('h1').gpus[0].driver)
+        self.write('spx')
+        self.assertEqual(Driver.AMDGPU,
+                         inventories.all(['h1'])['h1'].gpus[0].driver)
+
+    def test_sysfs_root_reads_the_tree_as_the_gpus_host(self):
+        live = cmd_pool.LiveHost(self.conf, 'h1', self.root)
+        self.assertEqual('h1', live.scan().hostname)
+
+    def test_another_host_is_refused(self):
+        self.conf.set_override('hostname', 'h2', 'inventory')
+        live = cmd_pool.LiveHost(self.conf, 'h1', self.root)
+        err = self.assertRaises(exception.InventoryError, live.scan)
+        self.assertIn('sysfs tree %s' % self.root, str(err))
+        self.assertIn('reads host h2, not h1', str(err))
+
+    def test_live_and_sysfs_root_exclude_each_other(self):
+        stderr = self.useFixture(fixtures.StringStream('stderr')).stream
+        self.useFixture(fixtures.MonkeyPatch('sys.stderr', stderr))
+        err = self.assertRaises(SystemExit, run_cli,
+                                'move', '--ledger', 'x.yaml', '--gpu',
+                                'h1:0000:05:00.0', '--to', 'idle', '--live',
+                                '--sysfs-root', self.root)
+        self.assertEqual(2, err.code)
+        stderr.seek(0)
+        self.assertIn('--sysfs-root: not allowed with argument --live',
+                      stderr.read())

@@ -105,6 +105,18 @@ class ManifestTest(testtools.TestCase):
         binding = [r for r in rules if 'pods/binding' in r['resources']]
         self.assertEqual([['create']], [r['verbs'] for r in binding])
 
+    def test_node_side_reads_only_the_ledger_configmap(self) -> None:
+        conf = conf_pkg.new_conf()
+        role = _find('Role', 'amdgpu-virt-ledger-reader')
+        self.assertEqual(conf.pool.configmap_namespace,
+                         role['metadata']['namespace'])
+        self.assertEqual([{'apiGroups': [''], 'resources': ['configmaps'],
+                           'resourceNames': [conf.pool.configmap_name],
+                           'verbs': ['get']}], role['rules'])
+        binding = _find('RoleBinding', 'amdgpu-virt-ledger-reader')
+        self.assertEqual(['amdgpu-virt-node'],
+                         [s['name'] for s in binding['subjects']])
+
     def test_webhook_points_at_the_service(self) -> None:
         hook = _find('MutatingWebhookConfiguration', 'amdgpu-virt')[
             'webhooks'][0]

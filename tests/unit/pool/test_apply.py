@@ -60,6 +60,7 @@ class TestRenderHost(testtools.TestCase):
         self.assertEqual(['bm/k8s/amdgpu-virt-agent.conf',
                           'bm/k8s/roles.yaml'], [f.relpath for f in files])
         self.assertIn('node_name = bm\n', files[0].content)
+        self.assertIn('ledger_source = configmap\n', files[0].content)
         self.assertIn('configmap_namespace = gpu\n', files[0].content)
         self.assertIn('configmap_name = roles\n', files[0].content)
         roles = ledger.from_dict(__import__('yaml').safe_load(
