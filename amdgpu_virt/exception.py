@@ -144,6 +144,10 @@ class PlanError(AmdgpuVirtError):
     msg_fmt = 'Invalid plan %(source)s: %(reason)s'
 
 
+class UnknownWorkload(PlanError):
+    msg_fmt = 'No workload named %(name)r in the plan; known: %(known)s'
+
+
 # --- OpenStack Nova ----------------------------------------------------------
 
 class NovaConfigError(AmdgpuVirtError):

@@ -47,14 +47,20 @@ def load(text: str, source: str) -> Any:
             '%s is not valid YAML: %s' % (source, err)) from None
 
 
-def load_file(path: str) -> Any:
+def load_file(path: str, what: str = 'file') -> Any:
+    """Read and parse the YAML (or JSON) file ``path``.
+
+    :param what: what the file is (``fleet file``, ``ledger``...), so that
+        an error says which input was wrong.
+    :raises AmdgpuVirtError: the file cannot be read or is not YAML.
+    """
     try:
         with open(path, encoding='utf-8') as handle:
             text = handle.read()
     except OSError as err:
         raise exception.AmdgpuVirtError(
-            'cannot read %s: %s' % (path, err.strerror)) from None
-    return load(text, path)
+            'cannot read %s %s: %s' % (what, path, err.strerror)) from None
+    return load(text, '%s %s' % (what, path))
 
 
 def dump(data: Any) -> str:
