@@ -65,7 +65,9 @@ def _add_ledger_args(parser: argparse.ArgumentParser,
     if host:
         parser.add_argument('--host', metavar='NAME',
                             help='this host\'s name in the ledger (default: '
-                                 'the inventory\'s host name)')
+                                 'the inventory\'s host name, see '
+                                 '--hostname); a name the ledger lacks '
+                                 'offers nothing and is warned about')
 
 
 def _scan(app: Any, parsed_args: argparse.Namespace) -> HostInventory:
@@ -84,6 +86,23 @@ def _scan(app: Any, parsed_args: argparse.Namespace) -> HostInventory:
 
 def _ledger(parsed_args: argparse.Namespace) -> av_ledger.Ledger | None:
     return av_ledger.load(parsed_args.ledger) if parsed_args.ledger else None
+
+
+def warn_if_not_in_ledger(app: Any, ledger: av_ledger.Ledger | None,
+                          host: str | None, inventory: HostInventory,
+                          path: str | None) -> None:
+    """Warn when the host is not in the ledger: nothing would be offered.
+
+    Rendering then leaves every GPU out, which is safe but most often a
+    wrong ``--host``/``--hostname``, so say which names the ledger has.
+    """
+    name = host or inventory.hostname
+    if ledger is None or name in ledger.hosts:
+        return
+    app.stderr.write(
+        'warning: host %s is not in ledger %s (hosts: %s), so no GPU is '
+        'offered to Nova; give the ledger\'s name with --host\n' % (
+            name, path, ', '.join(ledger.hosts) or 'none'))
 
 
 def _emit(app: Any, text: str, output: str | None) -> None:
@@ -116,8 +135,10 @@ class NovaConfig(command.Command):
     def take_action(self, parsed_args: argparse.Namespace) -> int:
         backend = _backend(self.app)
         inventory = _scan(self.app, parsed_args)
-        text = backend.render_compute(inventory, _ledger(parsed_args),
-                                      parsed_args.host)
+        ledger = _ledger(parsed_args)
+        warn_if_not_in_ledger(self.app, ledger, parsed_args.host, inventory,
+                              parsed_args.ledger)
+        text = backend.render_compute(inventory, ledger, parsed_args.host)
         output = parsed_args.output
         if parsed_args.write:
             output = os.path.join(_conf(self.app).nova.output_dir,
@@ -127,7 +148,11 @@ class NovaConfig(command.Command):
 
 
 class NovaAliases(command.Command):
-    """Render [pci] alias entries for Nova API, scheduler and conductor."""
+    """Render [pci] alias entries for Nova API, scheduler and conductor.
+
+    With --ledger, the aliases of every Nova GPU of the ledger; without it,
+    those of this host's GPUs (read as "nova config" reads them).
+    """
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser = super().get_parser(prog_name)
@@ -163,7 +188,10 @@ class NovaGimConfig(command.Command):
     def take_action(self, parsed_args: argparse.Namespace) -> int:
         backend = _backend(self.app)
         inventory = _scan(self.app, parsed_args)
-        config = backend.render_host_config(inventory, _ledger(parsed_args),
+        ledger = _ledger(parsed_args)
+        warn_if_not_in_ledger(self.app, ledger, parsed_args.host, inventory,
+                              parsed_args.ledger)
+        config = backend.render_host_config(inventory, ledger,
                                             parsed_args.host)
         if not parsed_args.output_dir:
             self.app.stdout.write(gim.render_text(config))
