@@ -42,6 +42,16 @@ def load(text: str, source: str) -> Any:
     """
     try:
         return yaml.load(text, Loader=_StrictLoader)  # noqa: S506
+    except yaml.MarkedYAMLError as err:
+        # PyYAML's own text names the stream "<unicode string>" and spans
+        # several lines; say the line and column of the fault on one.
+        mark = err.problem_mark or err.context_mark
+        where = ('' if mark is None else ' at line %d, column %d' % (
+            mark.line + 1, mark.column + 1))
+        what = '; '.join(part for part in (err.context, err.problem)
+                         if part)
+        raise exception.AmdgpuVirtError('%s is not valid YAML%s: %s' % (
+            source, where, what or err)) from None
     except yaml.YAMLError as err:
         raise exception.AmdgpuVirtError(
             '%s is not valid YAML: %s' % (source, err)) from None

@@ -187,7 +187,16 @@ class TestPlan(CliTest):
         bad = self.path('bad.yaml', 'workloads: [\n')
         rc, _out, err = self.run_cli('plan', '--workloads', bad)
         self.assertNotEqual(0, rc)
-        self.assertIn('workload file %s is not valid YAML' % bad, err)
+        self.assertIn('workload file %s is not valid YAML at line 2, '
+                      'column 1: ' % bad, err)
+        self.assertNotIn('<unicode string>', err)
+
+    def test_duplicate_key_names_its_line(self):
+        bad = self.path('dup.yaml', 'workloads:\n  - name: a\n    name: b\n')
+        rc, _out, err = self.run_cli('plan', '--workloads', bad)
+        self.assertNotEqual(0, rc)
+        self.assertIn('at line 3, column 5', err)
+        self.assertIn("found duplicate key 'name'", err)
 
 
 class TestExplain(CliTest):
