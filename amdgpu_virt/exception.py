@@ -166,6 +166,11 @@ class NovaApiError(AmdgpuVirtError):
     msg_fmt = 'Nova API request %(request)s failed: %(reason)s'
 
 
+class ServiceUnreachable(AmdgpuVirtError):
+    msg_fmt = ('Cannot reach the %(service)s API at %(where)s: %(reason)s; '
+               'check %(options)s')
+
+
 # --- Kubernetes --------------------------------------------------------------
 
 class KubernetesError(AmdgpuVirtError):

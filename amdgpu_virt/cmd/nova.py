@@ -25,6 +25,7 @@ from amdgpu_virt import inventory as inventory_pkg
 from amdgpu_virt import ledger as av_ledger
 from amdgpu_virt import plugins
 from amdgpu_virt.model import HostInventory
+from amdgpu_virt.model import PciAddress
 from amdgpu_virt.nova import files
 from amdgpu_virt.nova import flavors
 from amdgpu_virt.nova import gim
@@ -297,19 +298,22 @@ class NovaDrainCheck(command.Command):
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser = super().get_parser(prog_name)
         parser.add_argument('--gpu', required=True, metavar='ADDR',
-                            help='PCI address of the GPU (its PF)')
+                            help='PCI address of the GPU (its PF), e.g. '
+                                 '0000:85:00.0')
         parser.add_argument('--host', metavar='NAME',
                             help='compute node name (default: [inventory] '
                                  'hostname or this machine\'s name)')
         return parser
 
     def take_action(self, parsed_args: argparse.Namespace) -> int:
+        # A mistyped address is refused before any request is made.
+        gpu = PciAddress.parse(parsed_args.gpu)
         backend = _backend(self.app)
         conf = _conf(self.app)
         host = (parsed_args.host or conf.inventory.hostname
                 or socket.gethostname())
         try:
-            result = backend.drain_check(host, parsed_args.gpu)
+            result = backend.drain_check(host, gpu)
         except exception.UnsafeRoleChange as err:
             self.app.stderr.write('%s\n' % err)
             return 1

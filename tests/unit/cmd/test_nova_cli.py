@@ -45,3 +45,15 @@ class TestLedgerHost(test_inventory_cli.CliTestCase):
         self.assertEqual(0, status)
         self.assertNotIn('warning', err)
         self.assertIn('"address":"0000:05:02.*"', out)
+
+
+class TestDrainCheck(test_inventory_cli.CliTestCase):
+
+    def test_bad_address_is_refused_before_any_request(self):
+        # No [nova] options are set: reaching the connection would fail
+        # with a configuration error instead of naming the address.
+        status, _out, _err = self.run_cli('nova', 'drain-check',
+                                          '--gpu', '85:00')
+        self.assertEqual(1, status)
+        self.assertIn("'85:00' is not a PCI address", self.logger.output)
+        self.assertNotIn('[nova] cloud', self.logger.output)
