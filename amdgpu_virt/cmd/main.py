@@ -64,6 +64,15 @@ class AmdgpuVirtApp(app.App):
                                         reason=str(err)) from None
         check_values(self.conf, self.options.config_file)
 
+    def interact(self) -> None:
+        """Without a command, print the help and the command list.
+
+        cliff would start an interactive shell, which an operator typing
+        ``amdgpu-virt`` to see what it does does not expect; the exit status
+        stays 1 (no command was run).
+        """
+        self.run_subcommand(['help'])
+
     def get_conf(self) -> cfg.ConfigOpts:
         if self.conf is None:
             self.conf = av_conf.new_conf()
