@@ -47,15 +47,18 @@ def _backend(app: Any) -> NovaBackend:
     return backend
 
 
-def _add_inventory_args(parser: argparse.ArgumentParser) -> None:
+def _add_inventory_args(parser: argparse.ArgumentParser,
+                        only_without_ledger: bool = False) -> None:
+    when = ' (only without --ledger)' if only_without_ledger else ''
     parser.add_argument(
         '--sysfs-root', metavar='DIR',
-        help='read this sysfs tree instead of [inventory] sysfs_root '
-             '(e.g. one written by "amdgpu-virt simulate-host")')
+        help='read this sysfs tree instead of [inventory] sysfs_root (/sys), '
+             'e.g. one written by "amdgpu-virt simulate-host"%s' % when)
     parser.add_argument(
         '--hostname', metavar='NAME',
-        help='host name to report instead of [inventory] hostname; must be '
-             'the compute node name Nova uses')
+        help='host name to report instead of [inventory] hostname (default: '
+             'this machine\'s name); must be the compute node name Nova '
+             'uses%s' % when)
 
 
 def _add_ledger_args(parser: argparse.ArgumentParser,
@@ -157,7 +160,7 @@ class NovaAliases(command.Command):
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser = super().get_parser(prog_name)
-        _add_inventory_args(parser)
+        _add_inventory_args(parser, only_without_ledger=True)
         _add_ledger_args(parser, host=False)
         parser.add_argument('--output', metavar='FILE',
                             help='write here (only when changed)')
