@@ -96,6 +96,13 @@ def check_values(conf: cfg.ConfigOpts, files: Sequence[str]) -> None:
                 conf[name][opt.dest]
             except cfg.ConfigFileValueError as err:
                 reason = str(err).split(' is not valid: ', 1)[-1]
+                choices = getattr(opt.type, 'choices', None)
+                if choices:
+                    # oslo prints integer choices as an OrderedDict repr
+                    found = reason.rsplit('but found ', 1)
+                    reason = '%s is not one of %s' % (
+                        found[1] if len(found) == 2 else 'the value',
+                        ', '.join(str(c) for c in choices))
                 raise exception.ConfigError(
                     option='[%s] %s' % (name, opt.name),
                     reason='the value in %s is not valid: %s' % (

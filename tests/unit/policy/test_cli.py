@@ -264,7 +264,15 @@ class TestConfigValues(CliTest):
         rc, _out, err = self.run_cli('--config-file', conf, 'plan')
         self.assertNotEqual(0, rc)
         self.assertIn('option [inventory] driver', err)
-        self.assertIn('sysfs, amdsmi, snapshot', err)
+        self.assertIn("'nvml' is not one of sysfs, amdsmi, snapshot", err)
+
+    def test_bad_integer_choice_lists_the_allowed_values(self):
+        conf = self.path('bad.conf', '[policy]\nvf_count = 3\n')
+        rc, _out, err = self.run_cli('--config-file', conf, 'plan')
+        self.assertNotEqual(0, rc)
+        self.assertIn('option [policy] vf_count: the value in %s is not '
+                      'valid: 3 is not one of 1, 2, 4, 8' % conf, err)
+        self.assertNotIn('OrderedDict', err)
 
     def test_good_file_passes(self):
         conf = self.path('good.conf', '[policy]\ndedicated_threshold = 0.5\n')
