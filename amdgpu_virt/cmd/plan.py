@@ -261,7 +261,7 @@ class Plan(command.Command):
 class Explain(command.Command):
     """Explain the decision about one workload: every rule's verdict.
 
-    Plans the same inputs as ``plan`` and prints, for the named workload,
+    Plans the same inputs as "plan" and prints, for the named workload,
     the code, the grant, the reason and the trail: every filter's verdict
     with its numbers and the weighers' scores of each candidate.
     """
