@@ -163,18 +163,18 @@ def check_modes(model: GpuModel, compute_mode: str, memory_mode: str) -> None:
 def check_vf_count(model: GpuModel, vf_count: int,
                    allow_unofficial: bool = False) -> str:
     """The compute mode ``vf_count`` VFs imply; raise if not supported."""
-    if vf_count not in VF_COUNT_MODES:
-        raise exception.InvalidPartitionMode(
-            model=model.name, what='VF count', value=vf_count,
-            allowed=', '.join(str(c) for c in VF_COUNT_MODES))
     if model.vf_device_id is None:
         raise exception.InvalidPartitionMode(
             model=model.name, what='VF count', value=vf_count,
             allowed='none (no SR-IOV)')
-    if not allow_unofficial and vf_count not in model.vf_counts:
+    # Name the counts this model takes, not every count GIM knows: a
+    # message allowing 2 for an MI300X would only lead to the next refusal.
+    allowed = [c for c in VF_COUNT_MODES
+               if allow_unofficial or c in model.vf_counts]
+    if vf_count not in allowed:
         raise exception.InvalidPartitionMode(
             model=model.name, what='VF count', value=vf_count,
-            allowed=', '.join(str(c) for c in model.vf_counts))
+            allowed=', '.join(str(c) for c in allowed))
     return VF_COUNT_MODES[vf_count]
 
 

@@ -144,6 +144,10 @@ class PlanError(AmdgpuVirtError):
     msg_fmt = 'Invalid plan %(source)s: %(reason)s'
 
 
+class UnknownWorkload(PlanError):
+    msg_fmt = 'No workload named %(name)r in the plan; known: %(known)s'
+
+
 # --- OpenStack Nova ----------------------------------------------------------
 
 class NovaConfigError(AmdgpuVirtError):
@@ -160,6 +164,11 @@ class UnsafeRoleChange(AmdgpuVirtError):
 
 class NovaApiError(AmdgpuVirtError):
     msg_fmt = 'Nova API request %(request)s failed: %(reason)s'
+
+
+class ServiceUnreachable(AmdgpuVirtError):
+    msg_fmt = ('Cannot reach the %(service)s API at %(where)s: %(reason)s; '
+               'check %(options)s')
 
 
 # --- Kubernetes --------------------------------------------------------------

@@ -323,7 +323,7 @@ def load(path: str, inventories: Iterable[HostInventory] | None = None
     :param inventories: when given, also :func:`check_hardware`.
     :raises PlanError: naming the file, host, GPU and field.
     """
-    ledger = from_dict(yamlutil.load_file(path), source=path)
+    ledger = from_dict(yamlutil.load_file(path, 'ledger'), source=path)
     if inventories is not None:
         check_hardware(ledger, inventories, path)
     return ledger

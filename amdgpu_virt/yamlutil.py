@@ -42,19 +42,35 @@ def load(text: str, source: str) -> Any:
     """
     try:
         return yaml.load(text, Loader=_StrictLoader)  # noqa: S506
+    except yaml.MarkedYAMLError as err:
+        # PyYAML's own text names the stream "<unicode string>" and spans
+        # several lines; say the line and column of the fault on one.
+        mark = err.problem_mark or err.context_mark
+        where = ('' if mark is None else ' at line %d, column %d' % (
+            mark.line + 1, mark.column + 1))
+        what = '; '.join(part for part in (err.context, err.problem)
+                         if part)
+        raise exception.AmdgpuVirtError('%s is not valid YAML%s: %s' % (
+            source, where, what or err)) from None
     except yaml.YAMLError as err:
         raise exception.AmdgpuVirtError(
             '%s is not valid YAML: %s' % (source, err)) from None
 
 
-def load_file(path: str) -> Any:
+def load_file(path: str, what: str = 'file') -> Any:
+    """Read and parse the YAML (or JSON) file ``path``.
+
+    :param what: what the file is (``fleet file``, ``ledger``...), so that
+        an error says which input was wrong.
+    :raises AmdgpuVirtError: the file cannot be read or is not YAML.
+    """
     try:
         with open(path, encoding='utf-8') as handle:
             text = handle.read()
     except OSError as err:
         raise exception.AmdgpuVirtError(
-            'cannot read %s: %s' % (path, err.strerror)) from None
-    return load(text, path)
+            'cannot read %s %s: %s' % (what, path, err.strerror)) from None
+    return load(text, '%s %s' % (what, path))
 
 
 def dump(data: Any) -> str:

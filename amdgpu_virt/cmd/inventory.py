@@ -62,7 +62,12 @@ def row_of(gpu: Gpu) -> tuple[Any, ...]:
 
 
 class Inventory(lister.Lister):
-    """List the AMD GPUs, partitions and VFs of this host."""
+    """List the AMD GPUs, partitions and VFs of this host.
+
+    Warnings about odd files go to stderr. "-f json" and "-f yaml" print the
+    whole inventory, the form the snapshot driver reads back. Exit status 1
+    only when no AMD GPU could be read at all.
+    """
 
     inventory: HostInventory | None = None
 
@@ -70,19 +75,24 @@ class Inventory(lister.Lister):
         parser = super().get_parser(prog_name)
         parser.add_argument(
             '--sysfs-root', metavar='DIR',
-            help='read this sysfs tree instead of [inventory] sysfs_root '
-                 '(e.g. one written by "amdgpu-virt simulate-host")')
+            help='sysfs driver: read this tree instead of [inventory] '
+                 'sysfs_root (/sys), e.g. one written by "amdgpu-virt '
+                 'simulate-host"')
         parser.add_argument(
             '--driver', metavar='NAME',
             choices=plugins.available(inventory_pkg.NAMESPACE) or None,
-            help='inventory driver instead of [inventory] driver')
+            help='inventory driver: sysfs (reads /sys), amdsmi (needs ROCm '
+                 'and the amdsmi package) or snapshot (loads --snapshot); '
+                 'default: [inventory] driver (sysfs)')
         parser.add_argument(
             '--snapshot', metavar='PATH',
-            help='snapshot file for the snapshot driver instead of '
+            help='snapshot driver: the file to load (written by '
+                 '"amdgpu-virt inventory -f json" or -f yaml) instead of '
                  '[inventory] snapshot_path')
         parser.add_argument(
             '--hostname', metavar='NAME',
-            help='host name to report instead of [inventory] hostname')
+            help='host name to report instead of [inventory] hostname '
+                 '(default: this machine\'s name)')
         return parser
 
     def take_action(self, parsed_args: argparse.Namespace

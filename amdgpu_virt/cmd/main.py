@@ -17,6 +17,7 @@ from oslo_config import cfg
 
 from amdgpu_virt import conf as av_conf
 from amdgpu_virt import exception
+from amdgpu_virt.conf import opts as av_conf_opts
 
 DESCRIPTION = """\
 Share AMD Instinct GPUs across OpenStack Nova and Kubernetes: discover GPUs,
@@ -61,11 +62,52 @@ class AmdgpuVirtApp(app.App):
         except cfg.Error as err:
             raise exception.ConfigError(option='--config-file',
                                         reason=str(err)) from None
+        check_values(self.conf, self.options.config_file)
+
+    def interact(self) -> None:
+        """Without a command, print the help and the command list.
+
+        cliff would start an interactive shell, which an operator typing
+        ``amdgpu-virt`` to see what it does does not expect; the exit status
+        stays 1 (no command was run).
+        """
+        self.run_subcommand(['help'])
 
     def get_conf(self) -> cfg.ConfigOpts:
         if self.conf is None:
             self.conf = av_conf.new_conf()
         return self.conf
+
+
+def check_values(conf: cfg.ConfigOpts, files: Sequence[str]) -> None:
+    """Read every option once, so that a bad value stops every command.
+
+    oslo.config checks a value only when it is first read, which would let
+    a command run for a while (or not notice at all) before failing with a
+    message that names neither the group nor the file.
+
+    :raises ConfigError: naming ``[group] option``, the files and what is
+        allowed.
+    """
+    for group, opts in av_conf_opts.list_opts():
+        name = group.name if isinstance(group, cfg.OptGroup) else group
+        for opt in opts:
+            try:
+                conf[name][opt.dest]
+            except cfg.ConfigFileValueError as err:
+                reason = str(err).split(' is not valid: ', 1)[-1]
+                choices = getattr(opt.type, 'choices', None)
+                if choices:
+                    # oslo prints integer choices as an OrderedDict repr
+                    found = reason.rsplit('but found ', 1)
+                    reason = '%s is not one of %s' % (
+                        found[1] if len(found) == 2 else 'the value',
+                        ', '.join(str(c) for c in choices))
+                raise exception.ConfigError(
+                    option='[%s] %s' % (name, opt.name),
+                    reason='the value in %s is not valid: %s' % (
+                        ', '.join(files) or 'the configuration', reason)
+                ) from None
 
 
 def main(argv: Sequence[str] | None = None) -> int:

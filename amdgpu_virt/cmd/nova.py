@@ -21,11 +21,12 @@ from cliff import lister
 from oslo_config import cfg
 
 from amdgpu_virt import exception
+from amdgpu_virt import fileutil
 from amdgpu_virt import inventory as inventory_pkg
 from amdgpu_virt import ledger as av_ledger
 from amdgpu_virt import plugins
 from amdgpu_virt.model import HostInventory
-from amdgpu_virt import fileutil
+from amdgpu_virt.model import PciAddress
 from amdgpu_virt.nova import flavors
 from amdgpu_virt.nova import gim
 from amdgpu_virt.nova import pci
@@ -46,15 +47,18 @@ def _backend(app: Any) -> NovaBackend:
     return backend
 
 
-def _add_inventory_args(parser: argparse.ArgumentParser) -> None:
+def _add_inventory_args(parser: argparse.ArgumentParser,
+                        only_without_ledger: bool = False) -> None:
+    when = ' (only without --ledger)' if only_without_ledger else ''
     parser.add_argument(
         '--sysfs-root', metavar='DIR',
-        help='read this sysfs tree instead of [inventory] sysfs_root '
-             '(e.g. one written by "amdgpu-virt simulate-host")')
+        help='read this sysfs tree instead of [inventory] sysfs_root (/sys), '
+             'e.g. one written by "amdgpu-virt simulate-host"%s' % when)
     parser.add_argument(
         '--hostname', metavar='NAME',
-        help='host name to report instead of [inventory] hostname; must be '
-             'the compute node name Nova uses')
+        help='host name to report instead of [inventory] hostname (default: '
+             'this machine\'s name); must be the compute node name Nova '
+             'uses%s' % when)
 
 
 def _add_ledger_args(parser: argparse.ArgumentParser,
@@ -65,7 +69,9 @@ def _add_ledger_args(parser: argparse.ArgumentParser,
     if host:
         parser.add_argument('--host', metavar='NAME',
                             help='this host\'s name in the ledger (default: '
-                                 'the inventory\'s host name)')
+                                 'the inventory\'s host name, see '
+                                 '--hostname); a name the ledger lacks '
+                                 'offers nothing and is warned about')
 
 
 def _scan(app: Any, parsed_args: argparse.Namespace) -> HostInventory:
@@ -84,6 +90,23 @@ def _scan(app: Any, parsed_args: argparse.Namespace) -> HostInventory:
 
 def _ledger(parsed_args: argparse.Namespace) -> av_ledger.Ledger | None:
     return av_ledger.load(parsed_args.ledger) if parsed_args.ledger else None
+
+
+def warn_if_not_in_ledger(app: Any, ledger: av_ledger.Ledger | None,
+                          host: str | None, inventory: HostInventory,
+                          path: str | None) -> None:
+    """Warn when the host is not in the ledger: nothing would be offered.
+
+    Rendering then leaves every GPU out, which is safe but most often a
+    wrong ``--host``/``--hostname``, so say which names the ledger has.
+    """
+    name = host or inventory.hostname
+    if ledger is None or name in ledger.hosts:
+        return
+    app.stderr.write(
+        'warning: host %s is not in ledger %s (hosts: %s), so no GPU is '
+        'offered to Nova; give the ledger\'s name with --host\n' % (
+            name, path, ', '.join(ledger.hosts) or 'none'))
 
 
 def _emit(app: Any, text: str, output: str | None) -> None:
@@ -116,8 +139,10 @@ class NovaConfig(command.Command):
     def take_action(self, parsed_args: argparse.Namespace) -> int:
         backend = _backend(self.app)
         inventory = _scan(self.app, parsed_args)
-        text = backend.render_compute(inventory, _ledger(parsed_args),
-                                      parsed_args.host)
+        ledger = _ledger(parsed_args)
+        warn_if_not_in_ledger(self.app, ledger, parsed_args.host, inventory,
+                              parsed_args.ledger)
+        text = backend.render_compute(inventory, ledger, parsed_args.host)
         output = parsed_args.output
         if parsed_args.write:
             output = os.path.join(_conf(self.app).nova.output_dir,
@@ -127,11 +152,15 @@ class NovaConfig(command.Command):
 
 
 class NovaAliases(command.Command):
-    """Render [pci] alias entries for Nova API, scheduler and conductor."""
+    """Render [pci] alias entries for Nova API, scheduler and conductor.
+
+    With --ledger, the aliases of every Nova GPU of the ledger; without it,
+    those of this host's GPUs (read as "nova config" reads them).
+    """
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser = super().get_parser(prog_name)
-        _add_inventory_args(parser)
+        _add_inventory_args(parser, only_without_ledger=True)
         _add_ledger_args(parser, host=False)
         parser.add_argument('--output', metavar='FILE',
                             help='write here (only when changed)')
@@ -163,7 +192,10 @@ class NovaGimConfig(command.Command):
     def take_action(self, parsed_args: argparse.Namespace) -> int:
         backend = _backend(self.app)
         inventory = _scan(self.app, parsed_args)
-        config = backend.render_host_config(inventory, _ledger(parsed_args),
+        ledger = _ledger(parsed_args)
+        warn_if_not_in_ledger(self.app, ledger, parsed_args.host, inventory,
+                              parsed_args.ledger)
+        config = backend.render_host_config(inventory, ledger,
                                             parsed_args.host)
         if not parsed_args.output_dir:
             self.app.stdout.write(gim.render_text(config))
@@ -269,19 +301,22 @@ class NovaDrainCheck(command.Command):
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser = super().get_parser(prog_name)
         parser.add_argument('--gpu', required=True, metavar='ADDR',
-                            help='PCI address of the GPU (its PF)')
+                            help='PCI address of the GPU (its PF), e.g. '
+                                 '0000:85:00.0')
         parser.add_argument('--host', metavar='NAME',
                             help='compute node name (default: [inventory] '
                                  'hostname or this machine\'s name)')
         return parser
 
     def take_action(self, parsed_args: argparse.Namespace) -> int:
+        # A mistyped address is refused before any request is made.
+        gpu = PciAddress.parse(parsed_args.gpu)
         backend = _backend(self.app)
         conf = _conf(self.app)
         host = (parsed_args.host or conf.inventory.hostname
                 or socket.gethostname())
         try:
-            result = backend.drain_check(host, parsed_args.gpu)
+            result = backend.drain_check(host, gpu)
         except exception.UnsafeRoleChange as err:
             self.app.stderr.write('%s\n' % err)
             return 1

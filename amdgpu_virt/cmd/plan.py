@@ -34,11 +34,13 @@ FORMATS = ('table', 'json', 'yaml')
 def _add_inputs(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         '--fleet', metavar='FILE',
-        help='fleet file (simulated host specs); default: the embedded '
-             'sample fleet')
+        help='fleet file: YAML with a "hosts" list of simulated host specs '
+             '(the format of "simulate-host --fleet"); default: the '
+             'embedded sample fleet')
     parser.add_argument(
         '--workloads', metavar='FILE',
-        help='workload list file; default: the embedded sample mix')
+        help='workload file: YAML with a "workloads" list (see the '
+             'policy guide); default: the embedded sample mix')
     parser.add_argument(
         '--ledger', metavar='FILE',
         help='state file of an earlier plan (GPU roles and running '
@@ -64,7 +66,7 @@ def make_plan(conf: Any, args: argparse.Namespace) -> av_result.Plan:
     existing: list[Decision] = []
     if args.ledger:
         ledger, existing = av_statefile.load_state(
-            yamlutil.load_file(args.ledger), args.ledger)
+            yamlutil.load_file(args.ledger, 'ledger'), args.ledger)
     if args.ledger:
         running = {d.workload for d in existing}
         workloads = [w for w in workloads if w.name not in running]
@@ -181,19 +183,27 @@ def write_if_changed(path: str, text: str) -> bool:
     return True
 
 
+def check_chart_name(path: str) -> str:
+    """The chart format (``.svg`` or ``.png``) of the file name ``path``.
+
+    :raises AmdgpuVirtError: another extension, naming ``--chart``.
+    """
+    ext = os.path.splitext(path)[1].lower()
+    if ext not in ('.svg', '.png'):
+        raise exception.AmdgpuVirtError(
+            '--chart %s: the file name must end in .svg or .png' % path)
+    return ext
+
+
 def write_chart(plan: av_result.Plan, path: str) -> None:
     """SVG or PNG, by the file name's extension.
 
     :raises AmdgpuVirtError: another extension, or PNG without matplotlib.
     """
-    ext = os.path.splitext(path)[1].lower()
-    if ext == '.svg':
+    if check_chart_name(path) == '.svg':
         write_if_changed(path, av_chart.svg(plan.gpus))
-    elif ext == '.png':
-        av_chart.png(plan.gpus, path)
     else:
-        raise exception.AmdgpuVirtError(
-            '--chart %s: the file name must end in .svg or .png' % path)
+        av_chart.png(plan.gpus, path)
 
 
 class Plan(command.Command):
@@ -209,20 +219,28 @@ class Plan(command.Command):
         _add_inputs(parser)
         parser.add_argument('--skip-invalid', action='store_true',
                             help='report invalid workload entries with code '
-                                 '"invalid" and plan the others, instead of '
-                                 'stopping at the first')
+                                 '"invalid" and plan the others; by default '
+                                 'an invalid entry stops the command, naming '
+                                 'the entry and each of its problems')
         parser.add_argument('-f', '--format', choices=FORMATS,
-                            default='table', help='output format')
+                            default='table',
+                            help='output format; json and yaml print every '
+                                 'GPU, workload, the summary and the ledger '
+                                 '(default: table)')
         parser.add_argument('--output-ledger', metavar='FILE',
                             help='write the GPU roles and placements (YAML) '
-                                 'for --ledger or the Nova/Kubernetes '
-                                 'drivers')
+                                 'to FILE, only when its content changes; '
+                                 'the input of --ledger, "apply", "audit", '
+                                 '"move" and "nova ... --ledger"')
         parser.add_argument('--chart', metavar='FILE',
-                            help='draw every GPU by owner (.svg, or .png '
-                                 'with matplotlib)')
+                            help='also draw every GPU by owner into FILE '
+                                 '(.svg; .png needs matplotlib)')
         return parser
 
     def take_action(self, parsed_args: argparse.Namespace) -> int:
+        if parsed_args.chart:
+            # Refuse a bad name before planning and printing, not after.
+            check_chart_name(parsed_args.chart)
         plan = make_plan(self.app.get_conf(),  # type: ignore[attr-defined]
                          parsed_args)
         out = self.app.stdout
@@ -241,11 +259,18 @@ class Plan(command.Command):
 
 
 class Explain(command.Command):
-    """Explain the decision about one workload: every rule's verdict."""
+    """Explain the decision about one workload: every rule's verdict.
+
+    Plans the same inputs as "plan" and prints, for the named workload,
+    the code, the grant, the reason and the trail: every filter's verdict
+    with its numbers and the weighers' scores of each candidate.
+    """
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser = super().get_parser(prog_name)
-        parser.add_argument('workload', help='name of the workload')
+        parser.add_argument('workload',
+                            help='name of the workload, as in the workload '
+                                 'file (see "amdgpu-virt plan")')
         _add_inputs(parser)
         return parser
 

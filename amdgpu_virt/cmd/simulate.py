@@ -49,7 +49,8 @@ class SimulateHost(command.Command):
             help='one mode per GPU (a mixed host); overrides --mode and '
                  'sets --gpus to their number')
         parser.add_argument('--hostname', default='simulated-host',
-                            help='host name of the simulated host')
+                            help='host name of the simulated host; '
+                                 'default simulated-host')
         parser.add_argument(
             '--legacy-xcp-names', action='store_true',
             help='name partition devices amdgpu_xcp.<i> as older kernels '
@@ -60,7 +61,9 @@ class SimulateHost(command.Command):
                  'embedded sample fleet) into DIR/<hostname>, instead of '
                  'one host from the options above')
         parser.add_argument('--out', required=True, metavar='DIR',
-                            help='directory to write the tree into')
+                            help='directory to write the tree into '
+                                 '(created if missing; a non-empty one is '
+                                 'refused unless --force)')
         parser.add_argument(
             '--force', action='store_true',
             help='write into a non-empty DIR; a simulated tree already '

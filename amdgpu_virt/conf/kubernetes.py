@@ -61,7 +61,11 @@ kubernetes_opts: list[cfg.Opt] = [
              'Possible values:\n\n'
              '* 1: one pod per GPU (whole GPUs only)\n'
              '* 2-100: up to this many pods share a GPU; HAMi uses 10 and '
-             'publishes it as ``count`` in the node registration\n'),
+             'publishes it as ``count`` in the node registration\n\n'
+             'Related options:\n\n'
+             '* [policy] max_slices_per_gpu: the slices per GPU the planner '
+             'places; keep the two equal\n'
+             '* allocation_mode (use 1 with ``whole``)\n'),
     cfg.StrOpt(
         'allocation_mode', default='hami', choices=[
             ('hami', 'the GPUs, CU counts and memory of each container come '

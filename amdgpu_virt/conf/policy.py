@@ -146,16 +146,17 @@ Related options:
 
 * enabled_filters (interference), interference_weight_multiplier
 """),
-    cfg.IntOpt('vf_count', default=8, choices=[1, 2, 4, 8],
+    cfg.IntOpt('vf_count', default=8,
+               choices=[1, 2, 4, 8],
                help="""
 VFs per GPU the planner gives a GPU it turns into ``nova-vf``, when
 neither the ledger nor the host's GIM configuration fixes one. A count the
-GPU model does not support (the catalog's official VF counts) is replaced
-by the model's largest supported count.
+GPU model does not support (the catalog's official VF counts, MI300X 1 or
+8) is replaced by the model's largest supported count.
 
 Possible values:
 
-* 1 (SPX), 2 (DPX), 4 (QPX), 8 (CPX)
+* 1 (SPX), 2 (DPX), 4 (QPX), 8 (CPX: 38 CUs and ~24 GB per VF on MI300X)
 
 Related options:
 
@@ -163,8 +164,8 @@ Related options:
 """),
     cfg.IntOpt('max_slices_per_gpu', default=10, min=1, max=128,
                help="""
-At most this many CU slices share one GPU (HAMi's device plugin advertises
-10 per GPU).
+At most this many CU slices share one GPU when the planner places
+workloads (HAMi's device plugin advertises 10 per GPU).
 
 Possible values:
 
@@ -172,7 +173,8 @@ Possible values:
 
 Related options:
 
-* none
+* [kubernetes] share_count: the slots per GPU the device plugin and node
+  agent offer to pods; keep the two equal so that a plan fits the cluster
 """),
     cfg.BoolOpt('allow_mixed_host_drivers', default=False,
                 help="""

@@ -63,9 +63,24 @@ def specs_from_dict(raw: Any, source: str) -> list[simulate.HostSpec]:
 def load_specs(path: str | None = None) -> list[simulate.HostSpec]:
     """Specs of the fleet file ``path`` (the embedded sample by default)."""
     path = path or data.path(SAMPLE_FLEET)
-    return specs_from_dict(yamlutil.load_file(path), path)
+    return specs_from_dict(yamlutil.load_file(path, 'fleet file'), path)
 
 
 def load_fleet(path: str | None = None) -> list[HostInventory]:
-    """Inventories of every host of a fleet file (sample by default)."""
-    return [simulate.design_host(spec) for spec in load_specs(path)]
+    """Inventories of every host of a fleet file (sample by default).
+
+    :raises AmdgpuVirtError: naming the file and the host whose
+        specification is impossible (unknown model, mode, GPU count...).
+    """
+    path = path or data.path(SAMPLE_FLEET)
+    hosts = []
+    for spec in load_specs(path):
+        try:
+            hosts.append(simulate.design_host(spec))
+        except exception.SimulationError as err:
+            raise exception.SimulationError(reason='%s: host %s: %s' % (
+                path, spec.hostname, err.kwargs.get('reason', err))) from None
+        except exception.AmdgpuVirtError as err:
+            raise exception.SimulationError(reason='%s: host %s: %s' % (
+                path, spec.hostname, err)) from None
+    return hosts

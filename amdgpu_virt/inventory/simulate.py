@@ -116,6 +116,10 @@ def _kinds() -> dict[str, HostSpec]:
 KINDS: dict[str, HostSpec] = _kinds()
 
 
+#: The most GPUs a simulated host can have (the PCI buses it uses).
+MAX_GPUS = 16
+
+
 def pf_address(index: int) -> PciAddress:
     """PCI address of the ``index``-th GPU of a simulated host."""
     if index < 8:
@@ -136,7 +140,11 @@ def _uid(hostname: str, address: PciAddress, part: int = 0) -> str:
 
 def _validate(spec: HostSpec, model: GpuModel) -> tuple[str, ...]:
     modes = spec.modes()
-    if spec.gpus <= 0 or len(modes) != spec.gpus:
+    if not 1 <= spec.gpus <= MAX_GPUS:
+        raise exception.SimulationError(
+            reason='gpus %d is out of range; allowed: 1..%d' % (
+                spec.gpus, MAX_GPUS))
+    if len(modes) != spec.gpus:
         raise exception.SimulationError(
             reason='gpus=%d but %d per-GPU modes given' % (
                 spec.gpus, len(spec.gpu_modes)))

@@ -14,6 +14,7 @@ from typing import Any
 
 from oslo_config import cfg
 
+from amdgpu_virt import exception
 from amdgpu_virt.ledger import Ledger
 from amdgpu_virt.model import HostInventory
 from amdgpu_virt.model import PciAddress
@@ -50,8 +51,33 @@ class NovaBackend:
             self._connection = client.connect(self.conf)
         return self._connection
 
+    def _service(self, name: str, title: str) -> Any:
+        """``connection.<name>``, whose creation asks the service for its
+        versions.
+
+        :raises ServiceUnreachable: naming the service, the endpoint and
+            the options that choose it.
+        """
+        try:
+            return getattr(self.connection, name)
+        except exception.AmdgpuVirtError:
+            raise
+        except Exception as err:  # keystoneauth/openstacksdk discovery
+            group = self.conf.nova
+            endpoint = getattr(group, '%s_endpoint' % name)
+            if group.cloud:
+                where = 'the endpoint of cloud %s' % group.cloud
+                options = '[nova] cloud and its clouds.yaml entry'
+            else:
+                where = endpoint or 'no endpoint'
+                options = '[nova] %s_endpoint and token' % name
+            raise exception.ServiceUnreachable(
+                service=title, where=where, options=options,
+                reason='%s: %s' % (type(err).__name__,
+                                   str(err).rstrip('.'))) from None
+
     def reader(self) -> PlacementReader:
-        return PlacementReader(self.connection.placement)
+        return PlacementReader(self._service('placement', 'Placement'))
 
     # -- pure rendering ---------------------------------------------------
 
@@ -113,7 +139,8 @@ class NovaBackend:
     def sync_flavors(self, specs: Iterable[flavors.FlavorSpec],
                      replace: bool = False
                      ) -> tuple[flavors.FlavorChange, ...]:
-        return flavors.sync(self.connection.compute, specs, replace)
+        return flavors.sync(self._service('compute', 'Nova compute'), specs,
+                            replace)
 
     # -- what a role change workflow asks of a side -----------------------
 

@@ -161,8 +161,8 @@ def parse(data: Any, source: str = 'flavors',
 def load(path: str, default_numa_policy: str = 'preferred',
          known_aliases: Iterable[str] | None = None
          ) -> tuple[FlavorSpec, ...]:
-    return parse(yamlutil.load_file(path), path, default_numa_policy,
-                 known_aliases)
+    return parse(yamlutil.load_file(path, 'flavors file'), path,
+                 default_numa_policy, known_aliases)
 
 
 @dataclasses.dataclass(frozen=True)

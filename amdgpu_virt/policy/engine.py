@@ -7,12 +7,14 @@ filter calls); weighers score concrete candidates found by the planner.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from oslo_config import cfg
 
+from amdgpu_virt import exception
 from amdgpu_virt import plugins
 from amdgpu_virt.model import Gpu
 from amdgpu_virt.model import GpuModel
@@ -26,6 +28,16 @@ STRATEGY_NAMESPACE = 'amdgpu_virt.sharing.strategies'
 FILTER_NAMESPACE = 'amdgpu_virt.policy.filters'
 WEIGHER_NAMESPACE = 'amdgpu_virt.policy.weighers'
 KIND_ORDER = (Kind.DEDICATED, Kind.VF, Kind.CU)
+
+
+@contextlib.contextmanager
+def _naming_option(option: str) -> Iterator[None]:
+    """Prefix a plugin loading error with the option that named it."""
+    try:
+        yield
+    except exception.DriverNotFound as err:
+        raise exception.DriverNotFound(
+            '%s: %s' % (option, err), **err.kwargs) from None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,16 +77,19 @@ class Engine:
 
     def __init__(self, conf: cfg.ConfigOpts) -> None:
         self.conf = conf
-        self.filters: list[base.PolicyFilter] = plugins.load_ordered(
-            FILTER_NAMESPACE, conf.policy.enabled_filters, conf)
-        self.weighers: list[base.PolicyWeigher] = plugins.load_ordered(
-            WEIGHER_NAMESPACE, conf.policy.enabled_weighers, conf)
+        with _naming_option('[policy] enabled_filters'):
+            self.filters: list[base.PolicyFilter] = plugins.load_ordered(
+                FILTER_NAMESPACE, conf.policy.enabled_filters, conf)
+        with _naming_option('[policy] enabled_weighers'):
+            self.weighers: list[base.PolicyWeigher] = plugins.load_ordered(
+                WEIGHER_NAMESPACE, conf.policy.enabled_weighers, conf)
         self._gpu_filters = [
             f for f in self.filters
             if type(f).gpu_refusal is not base.PolicyFilter.gpu_refusal]
         self._cache: dict[Any, Judgement] = {}
-        self.cu_strategy: cu_allocator.CuStrategy = plugins.load_driver(
-            STRATEGY_NAMESPACE, conf.sharing.cu_strategy)
+        with _naming_option('[sharing] cu_strategy'):
+            self.cu_strategy: cu_allocator.CuStrategy = plugins.load_driver(
+                STRATEGY_NAMESPACE, conf.sharing.cu_strategy)
 
     def vf_count_for(self, model: GpuModel) -> int | None:
         """VFs per GPU for a GPU of ``model`` turned into ``nova-vf``."""

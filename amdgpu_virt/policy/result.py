@@ -80,14 +80,13 @@ class Plan:
     def decision(self, name: str) -> Decision:
         """The decision about workload ``name``.
 
-        :raises PlanError: naming the workload when there is none.
+        :raises UnknownWorkload: naming the workload when there is none.
         """
         for item in self.decisions:
             if item.workload == name:
                 return item
-        raise exception.PlanError(
-            source='plan', reason='no workload named %r; known: %s' % (
-                name, ', '.join(d.workload for d in self.decisions)))
+        raise exception.UnknownWorkload(
+            name=name, known=', '.join(d.workload for d in self.decisions))
 
     def summary(self) -> dict[str, Any]:
         new = [d for d in self.decisions if not d.existing]

@@ -433,7 +433,7 @@ def load_workloads(path: str) -> list[Workload]:
     :raises WorkloadSpecError: naming the file and entry.
     :raises AmdgpuVirtError: unreadable file or invalid YAML.
     """
-    return list_from_dict(yamlutil.load_file(path), path)
+    return list_from_dict(yamlutil.load_file(path, 'workload file'), path)
 
 
 def load_workloads_lenient(path: str
@@ -441,4 +441,4 @@ def load_workloads_lenient(path: str
                                       list[tuple[str,
                                                  exception.WorkloadSpecError]]]:
     """Like :func:`load_workloads`, returning invalid entries instead."""
-    return parse_list(yamlutil.load_file(path), path)
+    return parse_list(yamlutil.load_file(path, 'workload file'), path)

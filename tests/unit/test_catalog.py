@@ -128,6 +128,23 @@ class TestModes(testtools.TestCase):
         self.assertEqual('DPX', catalog.check_vf_count(
             catalog.by_name('MI355X'), 2))
 
+    def test_vf_count_error_names_the_model_counts(self):
+        # A count GIM does not know at all still lists the counts this
+        # model takes, not every count GIM knows.
+        mi300x = catalog.by_name('MI300X')
+        err = self.assertRaises(exception.InvalidPartitionMode,
+                                catalog.check_vf_count, mi300x, 3)
+        self.assertIn('MI300X', str(err))
+        self.assertIn('VF count 3; allowed: 1, 8', str(err))
+        err = self.assertRaises(exception.InvalidPartitionMode,
+                                catalog.check_vf_count, mi300x, 3,
+                                allow_unofficial=True)
+        self.assertIn('allowed: 1, 2, 4, 8', str(err))
+        err = self.assertRaises(exception.InvalidPartitionMode,
+                                catalog.check_vf_count,
+                                catalog.by_name('MI250X'), 3)
+        self.assertIn('none (no SR-IOV)', str(err))
+
     def test_vf_size(self):
         mi300x = catalog.by_name('MI300X')
         cus, vram = catalog.vf_size(mi300x, 8)

@@ -130,3 +130,12 @@ class TestLedgerLoad(testtools.TestCase):
     def test_empty_ledger(self):
         self.assertEqual((), _load('version: 1\nhosts: {}\n').assignments)
         self.assertEqual((), _load('version: 1\nhosts:\n').assignments)
+
+
+class TestLedgerFile(testtools.TestCase):
+
+    def test_missing_file_says_it_is_the_ledger(self):
+        path = os.path.join(tempfile.gettempdir(), 'absent-ledger-%d.yaml'
+                            % os.getpid())
+        err = self.assertRaises(exception.AmdgpuVirtError, ledger.load, path)
+        self.assertIn('cannot read ledger %s' % path, str(err))

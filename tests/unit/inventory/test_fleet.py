@@ -63,4 +63,27 @@ class TestFleet(testtools.TestCase):
     def test_missing_file(self):
         err = self.assertRaises(exception.AmdgpuVirtError, fleet.load_specs,
                                 '/nonexistent/fleet.yaml')
-        self.assertIn('/nonexistent/fleet.yaml', str(err))
+        self.assertIn('cannot read fleet file /nonexistent/fleet.yaml',
+                      str(err))
+
+    def test_impossible_host_names_file_and_host(self):
+        path = self.write('hosts:\n  - {hostname: ok, gpus: 1}\n'
+                          '  - {hostname: bad, model: MI999}\n')
+        err = self.assertRaises(exception.SimulationError, fleet.load_fleet,
+                                path)
+        self.assertIn('%s: host bad: Unknown GPU model' % path, str(err))
+        path = self.write('hosts:\n  - {hostname: b2, model: MI250X, '
+                          'mode: gim-cpx}\n')
+        err = self.assertRaises(exception.SimulationError, fleet.load_fleet,
+                                path)
+        # The reason once, not "Cannot simulate host" twice.
+        self.assertEqual(1, str(err).count('Cannot simulate host'))
+        self.assertIn('host b2: MI250X has no SR-IOV VFs', str(err))
+
+    def test_gpu_count_out_of_range(self):
+        for gpus in (0, 17, -1):
+            path = self.write('hosts:\n  - {hostname: a, gpus: %d}\n' % gpus)
+            err = self.assertRaises(exception.SimulationError,
+                                    fleet.load_fleet, path)
+            self.assertIn('gpus %d is out of range; allowed: 1..16' % gpus,
+                          str(err))

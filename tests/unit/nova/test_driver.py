@@ -51,3 +51,41 @@ class TestBackend(testtools.TestCase):
         err = self.assertRaises(exception.ConfigError, client.connect,
                                 av_conf.new_conf())
         self.assertIn('[nova] cloud', str(err))
+
+
+class _Unreachable:
+    """An openstacksdk connection whose service proxies fail discovery,
+    as they do when the endpoint does not answer (no server is needed)."""
+
+    @property
+    def placement(self):
+        raise RuntimeError('Unable to find a version discovery document.')
+
+    compute = placement
+
+
+class TestUnreachable(testtools.TestCase):
+
+    def test_placement_names_endpoint_and_options(self):
+        conf = av_conf.new_conf()
+        conf.set_override('placement_endpoint', 'http://placement.test',
+                          group='nova')
+        backend = NovaBackend(conf, connection=_Unreachable())
+        err = self.assertRaises(exception.ServiceUnreachable,
+                                backend.drain_check, 'compute-1',
+                                '0000:05:00.0')
+        self.assertEqual(
+            'Cannot reach the Placement API at http://placement.test: '
+            'RuntimeError: Unable to find a version discovery document; '
+            'check [nova] placement_endpoint and token', str(err))
+
+    def test_cloud_names_the_cloud(self):
+        conf = av_conf.new_conf()
+        conf.set_override('cloud', 'prod', group='nova')
+        backend = NovaBackend(conf, connection=_Unreachable())
+        err = self.assertRaises(exception.ServiceUnreachable,
+                                backend.sync_flavors, [], False)
+        self.assertIn('Nova compute API at the endpoint of cloud prod',
+                      str(err))
+        self.assertIn('check [nova] cloud and its clouds.yaml entry',
+                      str(err))

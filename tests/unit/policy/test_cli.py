@@ -143,9 +143,12 @@ class TestPlan(CliTest):
         self.assertFalse(os.path.exists(chart))
 
     def test_chart_bad_extension(self):
-        rc, _out, err = self.run_cli('plan', '--chart', self.path('x.gif'))
+        rc, out, err = self.run_cli('plan', '--chart', self.path('x.gif'))
         self.assertNotEqual(0, rc)
+        self.assertIn('--chart', err)
         self.assertIn('.svg or .png', err)
+        # Refused before planning: no plan is printed and then failed.
+        self.assertEqual('', out)
 
     def test_invalid_workloads_name_the_culprit(self):
         bad = self.path('bad.yaml', 'workloads:\n  - {name: a, gpus: 0, '
@@ -162,12 +165,38 @@ class TestPlan(CliTest):
         rc, _out, err = self.run_cli('plan', '--fleet', bad)
         self.assertNotEqual(0, rc)
         self.assertIn('MI999', err)
+        self.assertIn('fleet.yaml: host h:', err)
+        self.assertIn('known models: MI210', err)
 
     def test_missing_file(self):
         rc, _out, err = self.run_cli('plan', '--workloads',
                                      self.path('absent.yaml'))
         self.assertNotEqual(0, rc)
         self.assertIn('absent.yaml', err)
+
+    def test_missing_files_say_which_input(self):
+        absent = self.path('absent.yaml')
+        for option, what in (('--fleet', 'fleet file'),
+                             ('--workloads', 'workload file'),
+                             ('--ledger', 'ledger')):
+            rc, _out, err = self.run_cli('plan', option, absent)
+            self.assertNotEqual(0, rc, option)
+            self.assertIn('cannot read %s %s' % (what, absent), err, option)
+
+    def test_bad_yaml_says_which_input(self):
+        bad = self.path('bad.yaml', 'workloads: [\n')
+        rc, _out, err = self.run_cli('plan', '--workloads', bad)
+        self.assertNotEqual(0, rc)
+        self.assertIn('workload file %s is not valid YAML at line 2, '
+                      'column 1: ' % bad, err)
+        self.assertNotIn('<unicode string>', err)
+
+    def test_duplicate_key_names_its_line(self):
+        bad = self.path('dup.yaml', 'workloads:\n  - name: a\n    name: b\n')
+        rc, _out, err = self.run_cli('plan', '--workloads', bad)
+        self.assertNotEqual(0, rc)
+        self.assertIn('at line 3, column 5', err)
+        self.assertIn("found duplicate key 'name'", err)
 
 
 class TestExplain(CliTest):
@@ -190,7 +219,9 @@ class TestExplain(CliTest):
     def test_unknown_workload(self):
         rc, _out, err = self.run_cli('explain', 'nobody')
         self.assertNotEqual(0, rc)
-        self.assertIn("no workload named 'nobody'", err)
+        self.assertIn("No workload named 'nobody' in the plan; known: "
+                      "llm-train-a", err)
+        self.assertNotIn('Invalid plan', err)
 
 
 class TestInvalid(CliTest):
@@ -214,3 +245,36 @@ class TestInvalid(CliTest):
         rc, _out, err = self.run_cli('plan', '--workloads', mixed)
         self.assertNotEqual(0, rc)
         self.assertIn('workloads[1]', err)
+
+
+class TestConfigValues(CliTest):
+
+    def test_bad_value_names_group_option_and_file(self):
+        conf = self.path('bad.conf', '[policy]\ndedicated_threshold = 5\n')
+        rc, out, err = self.run_cli('--config-file', conf, 'plan')
+        self.assertNotEqual(0, rc)
+        self.assertEqual('', out)
+        self.assertIn('option [policy] dedicated_threshold: the value in %s '
+                      'is not valid' % conf, err)
+        self.assertIn('less than or equal to 1', err)
+        self.assertNotIn('LocationInfo', err)
+
+    def test_bad_choice_lists_the_allowed_values(self):
+        conf = self.path('bad.conf', '[inventory]\ndriver = nvml\n')
+        rc, _out, err = self.run_cli('--config-file', conf, 'plan')
+        self.assertNotEqual(0, rc)
+        self.assertIn('option [inventory] driver', err)
+        self.assertIn("'nvml' is not one of sysfs, amdsmi, snapshot", err)
+
+    def test_bad_integer_choice_lists_the_allowed_values(self):
+        conf = self.path('bad.conf', '[policy]\nvf_count = 3\n')
+        rc, _out, err = self.run_cli('--config-file', conf, 'plan')
+        self.assertNotEqual(0, rc)
+        self.assertIn('option [policy] vf_count: the value in %s is not '
+                      'valid: 3 is not one of 1, 2, 4, 8' % conf, err)
+        self.assertNotIn('OrderedDict', err)
+
+    def test_good_file_passes(self):
+        conf = self.path('good.conf', '[policy]\ndedicated_threshold = 0.5\n')
+        rc, _out, _err = self.run_cli('--config-file', conf, 'plan')
+        self.assertEqual(0, rc)

@@ -200,6 +200,25 @@ class TestEngine(testtools.TestCase):
                                 av_engine.Engine, conf)
         self.assertIn('platfrom', str(err))
         self.assertIn('amdgpu_virt.policy.filters', str(err))
+        # The option that named it comes first, so an operator knows
+        # which line of the configuration to fix.
+        self.assertTrue(str(err).startswith('[policy] enabled_filters: '),
+                        str(err))
+
+    def test_unknown_weigher_and_strategy_name_their_option(self):
+        conf = utils.conf(enabled_weighers=['stranding', 'nosuch'])
+        err = self.assertRaises(exception.DriverNotFound,
+                                av_engine.Engine, conf)
+        self.assertTrue(str(err).startswith('[policy] enabled_weighers: '),
+                        str(err))
+        self.assertIn("named 'nosuch'", str(err))
+        conf = utils.conf()
+        conf.set_override('cu_strategy', 'worst-fit', group='sharing')
+        err = self.assertRaises(exception.DriverNotFound,
+                                av_engine.Engine, conf)
+        self.assertTrue(str(err).startswith('[sharing] cu_strategy: '),
+                        str(err))
+        self.assertIn('known: best-fit, first-fit', str(err))
 
     def test_filters_can_be_disabled(self):
         engine = av_engine.Engine(utils.conf(enabled_filters=['platform']))
