@@ -17,6 +17,7 @@ from cliff import command
 
 from amdgpu_virt import data
 from amdgpu_virt import exception
+from amdgpu_virt import fileutil
 from amdgpu_virt import yamlutil
 from amdgpu_virt.inventory import fleet as av_fleet
 from amdgpu_virt.policy import chart as av_chart
@@ -166,23 +167,6 @@ def plan_dict(plan: av_result.Plan) -> dict[str, Any]:
             'ledger': plan.ledger.to_dict()}
 
 
-def write_if_changed(path: str, text: str) -> bool:
-    """Write ``text`` to ``path`` unless it already holds exactly that."""
-    try:
-        with open(path, encoding='utf-8') as handle:
-            if handle.read() == text:
-                return False
-    except OSError:
-        pass
-    try:
-        with open(path, 'w', encoding='utf-8') as handle:
-            handle.write(text)
-    except OSError as err:
-        raise exception.AmdgpuVirtError('cannot write %s: %s' % (
-            path, err.strerror)) from None
-    return True
-
-
 def check_chart_name(path: str) -> str:
     """The chart format (``.svg`` or ``.png``) of the file name ``path``.
 
@@ -201,7 +185,7 @@ def write_chart(plan: av_result.Plan, path: str) -> None:
     :raises AmdgpuVirtError: another extension, or PNG without matplotlib.
     """
     if check_chart_name(path) == '.svg':
-        write_if_changed(path, av_chart.svg(plan.gpus))
+        fileutil.write_if_changed(path, av_chart.svg(plan.gpus))
     else:
         av_chart.png(plan.gpus, path)
 
@@ -251,7 +235,7 @@ class Plan(command.Command):
         else:
             out.write(render_table(plan))
         if parsed_args.output_ledger:
-            write_if_changed(parsed_args.output_ledger,
+            fileutil.write_if_changed(parsed_args.output_ledger,
                              yamlutil.dump(plan.state_dict()))
         if parsed_args.chart:
             write_chart(plan, parsed_args.chart)
