@@ -148,6 +148,10 @@ class Inventories:
                            av_fleet.load_fleet(self.fleet)
                            if inv.hostname in set(hosts)})
             return result
+        if not os.path.isdir(self.snapshot_dir):
+            raise exception.InventoryError(
+                source='--snapshot-dir %s' % self.snapshot_dir,
+                reason='it is not a directory')
         for host in hosts:
             path = _snapshot_path(self.snapshot_dir, host)
             if path is not None:
@@ -221,7 +225,9 @@ class Apply(command.Command):
         parser.add_argument('--host', metavar='NAME', action='append',
                             help='only this host (repeatable)')
         parser.add_argument('--output-dir', metavar='DIR',
-                            help='instead of [pool] output_dir')
+                            help='where the per-host files go (default: '
+                                 '[pool] output_dir, itself '
+                                 '"amdgpu-virt-out" by default)')
         parser.add_argument('--dry-run', action='store_true',
                             help='print the changes as a diff; write '
                                  'nothing')
@@ -378,7 +384,8 @@ class Audit(command.Command):
         _add_inventory_args(parser)
         _add_side_args(parser)
         parser.add_argument('-f', '--format', choices=('table', 'json'),
-                            default='table', help='output format')
+                            default='table',
+                            help='output format (default: table)')
         parser.add_argument('--min-severity', default='info',
                             choices=('info', 'drift', 'conflict'),
                             help='list only findings at least this severe '
@@ -488,10 +495,13 @@ class Move(command.Command):
         parser.add_argument('--memory-mode', metavar='MODE',
                             help='memory (NPS) mode')
         parser.add_argument('--state-dir', metavar='DIR',
-                            help='instead of [pool] state_dir')
+                            help='where the move records its steps '
+                                 '(default: [pool] state_dir, itself '
+                                 '"amdgpu-virt-moves" by default)')
         parser.add_argument('--output-dir', metavar='DIR',
-                            help='where re-rendered files go (instead of '
-                                 '[pool] output_dir)')
+                            help='where re-rendered files go (default: '
+                                 '[pool] output_dir, itself '
+                                 '"amdgpu-virt-out" by default)')
         _add_inventory_args(parser)
         _add_live_args(parser)
         return parser

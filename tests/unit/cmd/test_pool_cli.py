@@ -194,3 +194,15 @@ class TestLiveHost(testtools.TestCase):
         stderr.seek(0)
         self.assertIn('--sysfs-root: not allowed with argument --live',
                       stderr.read())
+
+
+class TestSnapshotDir(testtools.TestCase):
+
+    def test_missing_snapshot_dir_is_named(self):
+        missing = os.path.join(self.useFixture(fixtures.TempDir()).path,
+                               'nope')
+        args = argparse.Namespace(fleet=None, snapshot_dir=missing)
+        err = self.assertRaises(exception.InventoryError,
+                                cmd_pool.Inventories(args).all, ['gim-0'])
+        self.assertIn('--snapshot-dir %s' % missing, str(err))
+        self.assertIn('not a directory', str(err))
