@@ -35,7 +35,15 @@ def _until_signalled() -> threading.Event:
 
 
 class DevicePlugin(command.Command):
-    """Serve the kubelet device plugin for this node's AMD GPUs."""
+    """Serve the kubelet device plugin for this node's AMD GPUs.
+
+    Runs until SIGTERM/SIGINT. Reads [inventory] (which GPUs this node
+    has), [kubernetes] (resource name, plugin directory and socket,
+    share_count slots per GPU, allocation_mode, vgpu_library, ledger_source
+    and the kubeconfig used to read pods), [pool] (the ledger ConfigMap)
+    and [sharing] cu_strategy (how CUs are chosen for shared requests).
+    Set the options in the file given with --config-file.
+    """
 
     def take_action(self, parsed_args: argparse.Namespace) -> int:
         from amdgpu_virt.k8s import deviceplugin
@@ -54,7 +62,13 @@ class DevicePlugin(command.Command):
 
 
 class Agent(command.Command):
-    """Register this node's AMD GPUs for the scheduler (HAMi protocol)."""
+    """Register this node's AMD GPUs for the scheduler (HAMi protocol).
+
+    Runs until SIGTERM/SIGINT, writing hami.io/node-amd-register and the
+    amd.com/gpu.* node labels every [kubernetes] registration_interval
+    seconds. Reads [inventory], [kubernetes] (node_name, kubeconfig,
+    share_count, ledger_source) and [pool] (the ledger ConfigMap).
+    """
 
     def take_action(self, parsed_args: argparse.Namespace) -> int:
         from amdgpu_virt.k8s import agent
@@ -73,7 +87,12 @@ class Agent(command.Command):
 
 
 class Webhook(command.Command):
-    """Serve the admission webhook for pods requesting AMD GPUs."""
+    """Serve the admission webhook for pods requesting AMD GPUs.
+
+    Runs until SIGTERM/SIGINT. Reads [kubernetes] (webhook_host,
+    webhook_port, webhook_cert_file, webhook_key_file, scheduler_name,
+    webhook_managed_resources, isolated_namespace_label).
+    """
 
     def take_action(self, parsed_args: argparse.Namespace) -> int:
         from amdgpu_virt.k8s import webhook
@@ -94,7 +113,13 @@ class Webhook(command.Command):
 
 
 class Scheduler(command.Command):
-    """Serve the kube-scheduler extender (filter, prioritize, bind)."""
+    """Serve the kube-scheduler extender (filter, prioritize, bind).
+
+    Runs until SIGTERM/SIGINT with a watch-fed cache of nodes and pods.
+    Reads [scheduler] (host, port, default node and GPU policies, node
+    lock timeout and wait, watch timeout),
+    [kubernetes] (kubeconfig, resource names) and [sharing] cu_strategy.
+    """
 
     def take_action(self, parsed_args: argparse.Namespace) -> int:
         from amdgpu_virt.k8s import extender
