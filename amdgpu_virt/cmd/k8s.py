@@ -118,7 +118,7 @@ class Scheduler(command.Command):
     Runs until SIGTERM/SIGINT with a watch-fed cache of nodes and pods.
     Reads [scheduler] (host, port, default node and GPU policies, node
     lock timeout and wait, watch timeout),
-    [kubernetes] (kubeconfig, resource names) and [sharing] cu_strategy.
+    [kubernetes] (kubeconfig, resource_name) and [sharing] cu_strategy.
     """
 
     def take_action(self, parsed_args: argparse.Namespace) -> int:
