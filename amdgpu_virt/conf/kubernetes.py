@@ -106,6 +106,21 @@ kubernetes_opts: list[cfg.Opt] = [
              'Related options:\n\n'
              '* ledger_source (the ledger is read again at this '
              'interval)\n'),
+    cfg.BoolOpt(
+        'node_labels', default=True,
+        help='Whether the node agent keeps labels compatible with AMD\'s '
+             'Kubernetes node labeller (amd.com/gpu.product-name, '
+             '.device-id, .family, .vram, .cu-count, .simd-count, '
+             '.compute-memory-partition, .compute-partitioning-supported, '
+             '.memory-partitioning-supported, .mode, and the counted '
+             'beta.amd.com/gpu.* labels) for the GPUs it registers. '
+             'Labels it no longer needs are removed.\n\n'
+             'Possible values:\n\n'
+             '* true: label the node (default)\n'
+             '* false: leave labels alone, e.g. when AMD\'s labeller runs '
+             'on the same node\n\n'
+             'Related options:\n\n'
+             '* registration_interval\n'),
     cfg.StrOpt(
         'ledger_source', default='none', choices=[
             ('none', 'no ledger: the node agent registers and the device '

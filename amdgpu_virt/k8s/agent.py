@@ -28,6 +28,7 @@ from typing import Any
 
 from amdgpu_virt import exception
 from amdgpu_virt.k8s import devices
+from amdgpu_virt.k8s import labels as node_labels
 from amdgpu_virt.k8s import noderoles
 from amdgpu_virt.k8s import pods
 from amdgpu_virt.sharing import hami
@@ -81,6 +82,15 @@ class NodeStore(abc.ABC):
         :raises KubernetesError: any other failure.
         """
 
+    def label(self, node: Mapping[str, Any],
+              labels: Mapping[str, str | None]) -> None:
+        """Write (None: remove) labels if the node is unchanged.
+
+        :raises KubernetesConflict: the node changed since it was read.
+        :raises KubernetesError: any other failure.
+        """
+        raise NotImplementedError('this node store cannot label nodes')
+
 
 class KubernetesNodeStore(NodeStore):
     """A :class:`NodeStore` over a ``kubernetes.client.CoreV1Api``."""
@@ -104,6 +114,15 @@ class KubernetesNodeStore(NodeStore):
                   self.node_name, body, _content_type=pods.MERGE_PATCH,
                   _preload_content=False)
 
+    def label(self, node: Mapping[str, Any],
+              labels: Mapping[str, str | None]) -> None:
+        meta = node.get('metadata') or {}
+        body = {'metadata': {'resourceVersion': meta.get('resourceVersion'),
+                             'labels': dict(labels)}}
+        pods.call('PATCH node labels %s' % self.node_name,
+                  self.api.patch_node, self.node_name, body,
+                  _content_type=pods.MERGE_PATCH, _preload_content=False)
+
 
 class NodeAgent:
     """Keeps ``hami.io/node-amd-register`` of the node up to date.
@@ -116,13 +135,18 @@ class NodeAgent:
     :param roles: the role ledger of the node, read at each registration;
         only the GPUs it gives to Kubernetes are registered. None: every
         unit is.
+    :param gpus: the node's GPUs by PCI address; when given, the agent
+        also keeps AMD node-labeller compatible labels
+        (:mod:`amdgpu_virt.k8s.labels`) of the registered GPUs.
     """
 
     def __init__(self, store: NodeStore,
                  units: Sequence[devices.GpuUnit], share_count: int,
                  health: Any = None, interval: float = 30.0,
-                 roles: noderoles.NodeRoles | None = None) -> None:
+                 roles: noderoles.NodeRoles | None = None,
+                 gpus: Mapping[str, Any] | None = None) -> None:
         self.store = store
+        self.gpus = gpus
         self.units = tuple(units)
         self.roles = roles
         self.share_count = share_count
@@ -149,8 +173,10 @@ class NodeAgent:
                       self.roles.host)
         return kept
 
-    def desired(self) -> tuple[hami.DeviceInfo, ...]:
-        units = self.offered_units()
+    def desired(self, units: Sequence[devices.GpuUnit] | None = None
+                ) -> tuple[hami.DeviceInfo, ...]:
+        if units is None:
+            units = self.offered_units()
         healthy = {}
         for unit in units:
             try:
@@ -166,7 +192,10 @@ class NodeAgent:
         :returns: True if the annotation was written.
         :raises KubernetesError: the node cannot be read or written.
         """
-        desired = self.desired()
+        units = self.offered_units()
+        desired = self.desired(units)
+        if self.gpus is not None:
+            self.sync_labels(node_labels.node_labels(self.gpus, units))
         for _attempt in range(CONFLICT_RETRIES):
             node = self.store.read()
             annotations = (node.get('metadata') or {}).get(
@@ -190,6 +219,29 @@ class NodeAgent:
             return True
         raise exception.KubernetesError(
             request='register GPUs on the node',
+            reason='%d conflicts in a row' % CONFLICT_RETRIES)
+
+    def sync_labels(self, desired: Mapping[str, str]) -> bool:
+        """Make the node's ``amd.com/gpu.*`` labels ``desired``.
+
+        :returns: True if the labels were written.
+        :raises KubernetesError: the node cannot be read or written.
+        """
+        for _attempt in range(CONFLICT_RETRIES):
+            node = self.store.read()
+            current = (node.get('metadata') or {}).get('labels') or {}
+            changes = node_labels.label_changes(current, desired)
+            if not changes:
+                return False
+            try:
+                self.store.label(node, changes)
+            except exception.KubernetesConflict:
+                continue
+            self.writes += 1
+            LOG.info('Updated %d AMD GPU node labels', len(changes))
+            return True
+        raise exception.KubernetesError(
+            request='label the node',
             reason='%d conflicts in a row' % CONFLICT_RETRIES)
 
     def cleanup(self) -> None:
@@ -257,4 +309,6 @@ def from_conf(conf: Any, inventory: Any,
                      health=deviceplugin.device_node_health(
                          group.device_root),
                      interval=group.registration_interval,
-                     roles=noderoles.from_conf(conf, host, core_api))
+                     roles=noderoles.from_conf(conf, host, core_api),
+                     gpus=({str(g.address): g for g in inventory.gpus}
+                           if group.node_labels else None))

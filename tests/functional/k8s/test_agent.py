@@ -186,3 +186,49 @@ class LedgerConfigMapTest(testtools.TestCase):
         self.write_ledger(Role.K8S_SHARED, Role.K8S_SHARED)
         self.assertTrue(self.agent.sync_once())
         self.assertEqual(2, len(self.registered()))
+
+
+class NodeLabelsTest(testtools.TestCase):
+    """The agent keeps AMD node-labeller compatible labels."""
+
+    def setUp(self) -> None:
+        super().setUp()
+        self.kube = self.useFixture(kubeclient.ApiServerFixture())
+        self.kube.api.create_node(client.V1Node(
+            metadata=client.V1ObjectMeta(
+                name='n1', labels={'kubernetes.io/hostname': 'n1',
+                                   'amd.com/gpu.stale': 'x'})))
+        inventory = simulate.design_host(
+            simulate.HostSpec(hostname='n1', gpus=2, mode='cpx', nps='nps4'))
+        self.units = devices.units_from_inventory(inventory)
+        self.agent = agent.NodeAgent(
+            agent.KubernetesNodeStore('n1', self.kube.api), self.units, 10,
+            gpus={str(g.address): g for g in inventory.gpus})
+
+    def _labels(self) -> dict[str, str]:
+        return dict(self.kube.api.read_node('n1').metadata.labels or {})
+
+    def test_labels_written_once_and_stale_ones_removed(self) -> None:
+        self.agent.sync_once()
+        labels = self._labels()
+        self.assertEqual('38', labels['amd.com/gpu.cu-count'])
+        self.assertEqual('16', labels['beta.amd.com/gpu.cu-count.38'])
+        self.assertEqual('cpx_nps4',
+                         labels['amd.com/gpu.compute-memory-partition'])
+        self.assertEqual('AMD_Instinct_MI300X',
+                         labels['amd.com/gpu.product-name'])
+        self.assertEqual('74a1', labels['amd.com/gpu.device-id'])
+        self.assertEqual('24G', labels['amd.com/gpu.vram'])
+        self.assertNotIn('amd.com/gpu.stale', labels)
+        self.assertEqual('n1', labels['kubernetes.io/hostname'])
+        writes = self.agent.writes
+        self.assertFalse(self.agent.sync_once())
+        self.assertEqual(writes, self.agent.writes)
+
+    def test_withdrawn_gpus_leave_the_counts(self) -> None:
+        self.agent.sync_once()
+        first_gpu = self.units[0].gpu_address
+        self.agent.units = tuple(u for u in self.units
+                                 if u.gpu_address == first_gpu)
+        self.assertTrue(self.agent.sync_once())
+        self.assertEqual('8', self._labels()['beta.amd.com/gpu.cu-count.38'])
