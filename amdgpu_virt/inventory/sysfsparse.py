@@ -25,17 +25,24 @@ COMPUTE_MODES = ('SPX', 'DPX', 'TPX', 'QPX', 'CPX')
 MEMORY_MODES = ('NPS1', 'NPS2', 'NPS4')
 
 
+def _decode(raw: bytes | str, path: str) -> str:
+    """``raw`` as text (sysfs values are ASCII).
+
+    :raises SysfsValueError: it is not ASCII, naming ``path``.
+    """
+    if isinstance(raw, str):
+        return raw
+    try:
+        return raw.decode('ascii')
+    except UnicodeDecodeError:
+        raise exception.SysfsValueError(
+            value=raw[:MAX_LENGTH], path=path,
+            reason='not ASCII text') from None
+
+
 def _text(raw: bytes | str, path: str) -> str:
     """``raw`` decoded (ASCII) and stripped of surrounding whitespace."""
-    if isinstance(raw, bytes):
-        try:
-            text = raw.decode('ascii')
-        except UnicodeDecodeError:
-            raise exception.SysfsValueError(
-                value=raw[:MAX_LENGTH], path=path,
-                reason='not ASCII text') from None
-    else:
-        text = raw
+    text = _decode(raw, path)
     if len(text) > MAX_LENGTH:
         raise exception.SysfsValueError(
             value=text[:MAX_LENGTH] + '...', path=path,
@@ -150,15 +157,7 @@ def parse_properties(raw: bytes | str, path: str
         was not (so the caller can warn and keep the rest).
     :raises SysfsValueError: the content is not text at all.
     """
-    if isinstance(raw, bytes):
-        try:
-            text = raw.decode('ascii')
-        except UnicodeDecodeError:
-            raise exception.SysfsValueError(
-                value=raw[:MAX_LENGTH], path=path,
-                reason='not ASCII text') from None
-    else:
-        text = raw
+    text = _decode(raw, path)
     values: dict[str, int] = {}
     problems: list[str] = []
     for number, line in enumerate(text.splitlines(), 1):
