@@ -6,6 +6,8 @@ library's calls are answered by an object built from a simulated host.
 
 from __future__ import annotations
 
+import importlib
+
 import fixtures
 import testtools
 
@@ -14,6 +16,8 @@ from amdgpu_virt.inventory import amdsmi
 from amdgpu_virt.inventory import simulate
 from amdgpu_virt.model import Driver
 from tests.unit.inventory import fixtures as inv_fixtures
+
+real_import = importlib.import_module
 
 
 class FakeAmdSmi:
@@ -151,9 +155,12 @@ class TestAmdSmiInventory(testtools.TestCase):
         self.assertIn('amdsmi_get_processor_handles failed', str(err))
 
     def test_missing_library_says_what_is_missing(self):
-        def import_module(name):
-            # what importing amdsmi does without libamd_smi.so
-            raise KeyError('libamd_smi.so')
+        def import_module(name, *args):
+            # what importing amdsmi does without libamd_smi.so; every
+            # other import (the configuration's own) works as usual
+            if name == 'amdsmi':
+                raise KeyError('libamd_smi.so')
+            return real_import(name, *args)
         self.useFixture(fixtures.MonkeyPatch(
             'importlib.import_module', import_module))
         err = self.assertRaises(exception.AmdSmiUnavailable,
@@ -164,8 +171,10 @@ class TestAmdSmiInventory(testtools.TestCase):
         self.assertIn('[inventory] driver = sysfs', str(err))
 
     def test_package_not_installed(self):
-        def import_module(name):
-            raise ImportError("No module named 'amdsmi'")
+        def import_module(name, *args):
+            if name == 'amdsmi':
+                raise ImportError("No module named 'amdsmi'")
+            return real_import(name, *args)
         self.useFixture(fixtures.MonkeyPatch(
             'importlib.import_module', import_module))
         err = self.assertRaises(exception.AmdSmiUnavailable,
