@@ -17,6 +17,7 @@ from cliff import lister
 from amdgpu_virt import catalog
 from amdgpu_virt import inventory as inventory_pkg
 from amdgpu_virt import plugins
+from amdgpu_virt.cmd import main as av_main
 from amdgpu_virt.inventory import snapshot
 from amdgpu_virt.model import Driver
 from amdgpu_virt.model import Gpu
@@ -97,7 +98,7 @@ class Inventory(lister.Lister):
 
     def take_action(self, parsed_args: argparse.Namespace
                     ) -> tuple[Sequence[str], Iterable[Sequence[Any]]]:
-        conf = self.app.get_conf()  # type: ignore[attr-defined]
+        conf = av_main.app_conf(self.app)
         for option, value in (('sysfs_root', parsed_args.sysfs_root),
                               ('snapshot_path', parsed_args.snapshot),
                               ('hostname', parsed_args.hostname)):

@@ -17,7 +17,8 @@ from typing import Any
 
 from cliff import command
 
-from amdgpu_virt import plugins
+from amdgpu_virt import inventory as inventory_pkg
+from amdgpu_virt.cmd import main as av_main
 
 LOG = logging.getLogger(__name__)
 
@@ -48,9 +49,8 @@ class DevicePlugin(command.Command):
     def take_action(self, parsed_args: argparse.Namespace) -> int:
         from amdgpu_virt.k8s import deviceplugin
 
-        conf = self.app.get_conf()  # type: ignore[attr-defined]
-        inventory = plugins.load_driver('amdgpu_virt.inventory',
-                                        conf.inventory.driver, conf).scan()
+        conf = av_main.app_conf(self.app)
+        inventory = inventory_pkg.load_driver(conf).scan()
         plugin = deviceplugin.from_conf(conf, inventory)
         stop = _until_signalled()
         plugin.start()
@@ -73,9 +73,8 @@ class Agent(command.Command):
     def take_action(self, parsed_args: argparse.Namespace) -> int:
         from amdgpu_virt.k8s import agent
 
-        conf = self.app.get_conf()  # type: ignore[attr-defined]
-        inventory = plugins.load_driver('amdgpu_virt.inventory',
-                                        conf.inventory.driver, conf).scan()
+        conf = av_main.app_conf(self.app)
+        inventory = inventory_pkg.load_driver(conf).scan()
         node_agent = agent.from_conf(conf, inventory)
         stop = _until_signalled()
         node_agent.start()
@@ -97,7 +96,7 @@ class Webhook(command.Command):
     def take_action(self, parsed_args: argparse.Namespace) -> int:
         from amdgpu_virt.k8s import webhook
 
-        conf = self.app.get_conf()  # type: ignore[attr-defined]
+        conf = av_main.app_conf(self.app)
         server = webhook.from_conf(conf)
         stop = _until_signalled()
         thread = threading.Thread(target=server.serve_forever, daemon=True,
@@ -124,7 +123,7 @@ class Scheduler(command.Command):
     def take_action(self, parsed_args: argparse.Namespace) -> int:
         from amdgpu_virt.k8s import extender
 
-        conf = self.app.get_conf()  # type: ignore[attr-defined]
+        conf = av_main.app_conf(self.app)
         service = extender.Service(conf)
         stop = _until_signalled()
         service.start()

@@ -110,6 +110,12 @@ def check_values(conf: cfg.ConfigOpts, files: Sequence[str]) -> None:
                 ) from None
 
 
+def app_conf(app: Any) -> cfg.ConfigOpts:
+    """The configuration of the running ``amdgpu-virt`` application."""
+    conf: cfg.ConfigOpts = app.get_conf()
+    return conf
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``amdgpu-virt``; returns the exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)

@@ -18,13 +18,13 @@ from typing import Any
 
 from cliff import command
 from cliff import lister
-from oslo_config import cfg
 
 from amdgpu_virt import exception
 from amdgpu_virt import fileutil
 from amdgpu_virt import inventory as inventory_pkg
 from amdgpu_virt import ledger as av_ledger
 from amdgpu_virt import plugins
+from amdgpu_virt.cmd import main as av_main
 from amdgpu_virt.model import HostInventory
 from amdgpu_virt.model import PciAddress
 from amdgpu_virt.nova import flavors
@@ -36,14 +36,10 @@ from amdgpu_virt.nova.driver import NovaBackend
 BACKEND_NAMESPACE = 'amdgpu_virt.backends'
 
 
-def _conf(app: Any) -> cfg.ConfigOpts:
-    conf: cfg.ConfigOpts = app.get_conf()
-    return conf
-
-
-def _backend(app: Any) -> NovaBackend:
+def load_backend(app: Any) -> NovaBackend:
+    """The ``nova`` backend (stevedore, ``amdgpu_virt.backends``)."""
     backend: NovaBackend = plugins.load_driver(BACKEND_NAMESPACE, 'nova',
-                                               app.get_conf())
+                                               av_main.app_conf(app))
     return backend
 
 
@@ -75,7 +71,7 @@ def _add_ledger_args(parser: argparse.ArgumentParser,
 
 
 def _scan(app: Any, parsed_args: argparse.Namespace) -> HostInventory:
-    conf = app.get_conf()
+    conf = av_main.app_conf(app)
     if parsed_args.sysfs_root:
         conf.set_override('sysfs_root', parsed_args.sysfs_root,
                           group='inventory')
@@ -137,7 +133,7 @@ class NovaConfig(command.Command):
         return parser
 
     def take_action(self, parsed_args: argparse.Namespace) -> int:
-        backend = _backend(self.app)
+        backend = load_backend(self.app)
         inventory = _scan(self.app, parsed_args)
         ledger = _ledger(parsed_args)
         warn_if_not_in_ledger(self.app, ledger, parsed_args.host, inventory,
@@ -145,7 +141,7 @@ class NovaConfig(command.Command):
         text = backend.render_compute(inventory, ledger, parsed_args.host)
         output = parsed_args.output
         if parsed_args.write:
-            output = os.path.join(_conf(self.app).nova.output_dir,
+            output = os.path.join(av_main.app_conf(self.app).nova.output_dir,
                                   pci.CONFIG_FILE_NAME)
         _emit(self.app, text, output)
         return 0
@@ -167,7 +163,7 @@ class NovaAliases(command.Command):
         return parser
 
     def take_action(self, parsed_args: argparse.Namespace) -> int:
-        backend = _backend(self.app)
+        backend = load_backend(self.app)
         ledger = _ledger(parsed_args)
         inventories = [] if ledger else [_scan(self.app, parsed_args)]
         _emit(self.app, backend.render_aliases(ledger, inventories),
@@ -190,7 +186,7 @@ class NovaGimConfig(command.Command):
         return parser
 
     def take_action(self, parsed_args: argparse.Namespace) -> int:
-        backend = _backend(self.app)
+        backend = load_backend(self.app)
         inventory = _scan(self.app, parsed_args)
         ledger = _ledger(parsed_args)
         warn_if_not_in_ledger(self.app, ledger, parsed_args.host, inventory,
@@ -229,13 +225,13 @@ class NovaFlavors(lister.Lister):
 
     def take_action(self, parsed_args: argparse.Namespace
                     ) -> tuple[Sequence[str], Iterable[Sequence[Any]]]:
-        conf = _conf(self.app)
+        conf = av_main.app_conf(self.app)
         path = parsed_args.file or conf.nova.flavors_file
         if not path:
             raise exception.ConfigError(
                 option='[nova] flavors_file',
                 reason='no flavor file given (--file or the option)')
-        backend = _backend(self.app)
+        backend = load_backend(self.app)
         ledger = _ledger(parsed_args)
         known = None
         if ledger is not None:
@@ -264,12 +260,12 @@ class NovaAudit(lister.Lister):
 
     def take_action(self, parsed_args: argparse.Namespace
                     ) -> tuple[Sequence[str], Iterable[Sequence[Any]]]:
-        backend = _backend(self.app)
+        backend = load_backend(self.app)
         ledger = _ledger(parsed_args)
         if ledger is not None:
             plans = nova_plan.plan_from_ledger(
                 ledger, backend.naming,
-                _conf(self.app).nova.dedicated_device_type)
+                av_main.app_conf(self.app).nova.dedicated_device_type)
         else:
             plans = (backend.plan(_scan(self.app, parsed_args)),)
         report = backend.audit(plans)
@@ -311,8 +307,8 @@ class NovaDrainCheck(command.Command):
     def take_action(self, parsed_args: argparse.Namespace) -> int:
         # A mistyped address is refused before any request is made.
         gpu = PciAddress.parse(parsed_args.gpu)
-        backend = _backend(self.app)
-        conf = _conf(self.app)
+        backend = load_backend(self.app)
+        conf = av_main.app_conf(self.app)
         host = (parsed_args.host or conf.inventory.hostname
                 or socket.gethostname())
         try:

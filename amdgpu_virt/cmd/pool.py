@@ -18,9 +18,11 @@ from cliff import command
 from oslo_config import cfg
 
 from amdgpu_virt import exception
+from amdgpu_virt import inventory as inventory_pkg
 from amdgpu_virt import ledger as av_ledger
-from amdgpu_virt import plugins
 from amdgpu_virt import yamlutil
+from amdgpu_virt.cmd import main as av_main
+from amdgpu_virt.cmd import nova as cmd_nova
 from amdgpu_virt.cmd import plan as cmd_plan
 from amdgpu_virt.inventory import fleet as av_fleet
 from amdgpu_virt.inventory import snapshot
@@ -31,15 +33,9 @@ from amdgpu_virt.pool import crossaudit
 from amdgpu_virt.pool import hostchange
 from amdgpu_virt.pool import move as pool_move
 
-BACKEND_NAMESPACE = 'amdgpu_virt.backends'
 #: ``move`` exit status while it waits for a side or the host
 EXIT_WAITING = 75
 SNAPSHOT_SUFFIXES = ('.json', '.yaml', '.yml')
-
-
-def _conf(app: Any) -> cfg.ConfigOpts:
-    conf: cfg.ConfigOpts = app.get_conf()
-    return conf
 
 
 # --- inventories -------------------------------------------------------------
@@ -94,16 +90,14 @@ class LiveHost:
     def __init__(self, conf: cfg.ConfigOpts, host: str,
                  sysfs_root: str | None = None) -> None:
         self.host = host
-        namespace = 'amdgpu_virt.inventory'
         if sysfs_root:
             self.where = 'sysfs tree %s' % sysfs_root
-            self.driver = plugins.load_driver(
-                namespace, 'sysfs', conf, root=sysfs_root,
+            self.driver = inventory_pkg.load_driver(
+                conf, 'sysfs', root=sysfs_root,
                 hostname=conf.inventory.hostname or host)
         else:
             self.where = '[inventory] driver %s' % conf.inventory.driver
-            self.driver = plugins.load_driver(namespace,
-                                              conf.inventory.driver, conf)
+            self.driver = inventory_pkg.load_driver(conf)
 
     def scan(self) -> HostInventory:
         """The host's inventory as it is now.
@@ -181,23 +175,19 @@ def _load_ledger(path: str, inventories: Inventories
 
 # --- adapters (loaded only when a side is used) ------------------------------
 
-def _nova_backend(app: Any) -> Any:
-    return plugins.load_driver(BACKEND_NAMESPACE, 'nova', app.get_conf())
-
-
 def _nova_renderer(app: Any) -> pool_apply.NovaRenderer:
     from amdgpu_virt.nova import pool as nova_pool
-    return nova_pool.NovaRenderer(_nova_backend(app))
+    return nova_pool.NovaRenderer(cmd_nova.load_backend(app))
 
 
 def _core_api(app: Any) -> Any:
     from amdgpu_virt.k8s import client as k8s_client
-    return k8s_client.core_api(_conf(app))
+    return k8s_client.core_api(av_main.app_conf(app))
 
 
 def _location(app: Any) -> Any:
     from amdgpu_virt.k8s import ledgermap
-    return ledgermap.Location.from_conf(_conf(app))
+    return ledgermap.Location.from_conf(av_main.app_conf(app))
 
 
 def _add_side_args(parser: argparse.ArgumentParser) -> None:
@@ -247,7 +237,7 @@ class Apply(command.Command):
         return parser
 
     def take_action(self, parsed_args: argparse.Namespace) -> int:
-        conf = _conf(self.app)
+        conf = av_main.app_conf(self.app)
         out, err = self.app.stdout, self.app.stderr
         ledger, inventories = _load_ledger(parsed_args.ledger,
                                            Inventories(parsed_args))
@@ -313,12 +303,12 @@ class Apply(command.Command):
 
     def _push_flavors(self, ledger: av_ledger.Ledger) -> None:
         from amdgpu_virt.nova import flavors
-        conf = _conf(self.app)
+        conf = av_main.app_conf(self.app)
         if not conf.nova.flavors_file:
             raise exception.ConfigError(
                 option='[nova] flavors_file',
                 reason='--push-flavors needs the flavor definitions')
-        backend = _nova_backend(self.app)
+        backend = cmd_nova.load_backend(self.app)
         known = [a['name'] for a in backend.alias_entries(ledger)]
         specs = flavors.load(conf.nova.flavors_file, conf.nova.numa_policy,
                              known)
@@ -344,8 +334,8 @@ def collect(app: Any, ledger: av_ledger.Ledger,
     warnings: list[str] = []
     if nova:
         from amdgpu_virt.nova import pool as nova_pool
-        found, notes = nova_pool.NovaPool(_nova_backend(app)).observations(
-            hosts)
+        nova_side = nova_pool.NovaPool(cmd_nova.load_backend(app))
+        found, notes = nova_side.observations(hosts)
         for obs in found:
             inventory = inventories.get(obs.host)
             if inventory is not None and ledger.get(
@@ -507,7 +497,7 @@ class Move(command.Command):
         return parser
 
     def take_action(self, parsed_args: argparse.Namespace) -> int:
-        conf = _conf(self.app)
+        conf = av_main.app_conf(self.app)
         out = self.app.stdout
         host, address = parse_gpu(parsed_args.gpu)
         live = None
@@ -543,7 +533,7 @@ class Move(command.Command):
         if 'nova' in needed or any(a.role.side == 'nova'
                                    for a in after.for_host(host)):
             from amdgpu_virt.nova import pool as nova_pool
-            backend = _nova_backend(self.app)
+            backend = cmd_nova.load_backend(self.app)
             renderer = nova_pool.NovaRenderer(backend)
             if 'nova' in needed:
                 sides['nova'] = nova_pool.NovaPool(
