@@ -239,7 +239,7 @@ def report(store: Any, core_api: Any, status: HookStatus, share: int,
 
     :raises KubernetesError: the node could not be read or labelled.
     """
-    from amdgpu_virt.k8s import pods
+    from amdgpu_virt.k8s import client as k8s_client
 
     node = store.read()
     value = READY if status.usable else UNAVAILABLE
@@ -250,9 +250,9 @@ def report(store: Any, core_api: Any, status: HookStatus, share: int,
     body = event_body(node, status, share, now)
     # 409 AlreadyExists: the same verdict was published before
     with contextlib.suppress(exception.KubernetesConflict):
-        pods.call('CREATE event %s' % body['metadata']['name'],
-                  core_api.create_namespaced_event, 'default', body,
-                  _preload_content=False)
+        k8s_client.call('CREATE event %s' % body['metadata']['name'],
+                        core_api.create_namespaced_event, 'default', body,
+                        _preload_content=False)
 
 
 def publish(node_agent: Any) -> None:
