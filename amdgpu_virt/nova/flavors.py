@@ -16,7 +16,8 @@ Flavors are defined in a YAML file (``[nova] flavors_file``)::
 
 Each becomes ``pci_passthrough:alias=<alias>:<count>``,
 ``hw:pci_numa_affinity_policy=<policy>`` and, with ``isolate: true`` (several
-VFs that must come from different GPUs), ``group_policy=isolate``.
+VFs that must come from different GPUs), ``group_policy=isolate``
+(``group_policy=none`` for a ``gpus`` flavor without it).
 
 ``gpus`` (a count N for GPUs 0..N-1, or a list of GPU indexes) asks
 ``count / N`` devices of each of those GPUs through their per-GPU aliases
@@ -102,6 +103,9 @@ class FlavorSpec:
         specs[NUMA_KEY] = self.numa_policy
         if self.isolate:
             specs[GROUP_POLICY_KEY] = 'isolate'
+        elif self.gpus and self.count > 1:
+            # several groups per flavor: say so (Nova warns otherwise)
+            specs[GROUP_POLICY_KEY] = 'none'
         return specs
 
 

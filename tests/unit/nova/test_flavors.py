@@ -94,7 +94,7 @@ class TestParse(testtools.TestCase):
         self.assertEqual(','.join('amd-mi300x-cpx-vf-gpu%d:2' % i
                                   for i in range(8)),
                          sixteen.extra_specs()['pci_passthrough:alias'])
-        self.assertNotIn('group_policy', sixteen.extra_specs())
+        self.assertEqual('none', sixteen.extra_specs()['group_policy'])
         self.assertEqual(tuple('amd-mi300x-cpx-vf-gpu%d' % i
                                for i in (4, 5, 6, 7)), upper.aliases())
 
