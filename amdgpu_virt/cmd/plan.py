@@ -228,9 +228,10 @@ def write_chart(plan: av_result.Plan, path: str) -> None:
     :raises AmdgpuVirtError: another extension, or PNG without matplotlib.
     """
     if check_chart_name(path) == '.svg':
-        fileutil.write_if_changed(path, av_chart.svg(plan.gpus))
+        fileutil.write_if_changed(path, av_chart.svg(
+            plan.gpus, decisions=plan.decisions))
     else:
-        av_chart.png(plan.gpus, path)
+        av_chart.png(plan.gpus, path, decisions=plan.decisions)
 
 
 class Plan(lister.Lister):

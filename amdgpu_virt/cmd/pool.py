@@ -24,7 +24,6 @@ from amdgpu_virt import ledger as av_ledger
 from amdgpu_virt import yamlutil
 from amdgpu_virt.cmd import main as av_main
 from amdgpu_virt.cmd import nova as cmd_nova
-from amdgpu_virt.cmd import plan as cmd_plan
 from amdgpu_virt.inventory import fleet as av_fleet
 from amdgpu_virt.inventory import snapshot
 from amdgpu_virt.model import HostInventory
