@@ -184,11 +184,17 @@ YAML file defining the flavors ``nova flavors`` creates or updates. Format::
         count: 1
         numa_policy: preferred   # optional
         isolate: false           # optional: group_policy=isolate
+        gpus: 8                  # optional: count spread over GPUs 0..7
         extra_specs: {}          # optional
+
+``disk_gb`` must be above 0 (Nova's default policy
+``os_compute_api:servers:create:zero_disk_flavor`` lets only admins boot a
+disk 0 flavor from an image; ``nova flavors --allow-zero-disk`` accepts
+it). ``gpus`` asks through the per-GPU aliases (``per_gpu_traits``).
 
 Related options:
 
-* numa_policy
+* numa_policy, per_gpu_traits
 """),
     cfg.StrOpt('output_dir', default='/etc/nova/nova.conf.d',
                help="""
