@@ -4,9 +4,8 @@
 ``hami.io/node-amd-register``) and pods (their
 ``hami.io/amd-devices-allocated`` and ``hami.io/amd-cu-allocated``), fed
 object by object (:meth:`ClusterCache.set_node`, :meth:`set_pod`, ...) by
-:class:`Watcher` threads that list once and then watch from the list's
-resourceVersion, listing again on ``410 Gone``. A decision is taken on the
-cache, never on a fresh list.
+the watchers of :mod:`amdgpu_virt.k8s.watching`. A decision is taken on
+the cache, never on a fresh list.
 
 What a filter decides is *reserved* in the cache at once, under the same
 lock as the decision, so that concurrent requests cannot give the same
@@ -26,12 +25,10 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
-import gc
 import json
 import logging
 import operator
 import threading
-from collections.abc import Callable
 from collections.abc import Iterable
 from collections.abc import Mapping
 from collections.abc import Sequence
@@ -473,156 +470,3 @@ class ClusterCache:
         """The node pod ``key`` holds GPUs on (reserved or seen)."""
         with self.lock:
             return self._placed.get(key)
-
-
-# --- feeding the cache from the API ----------------------------------------
-
-ListFunc = Callable[..., Any]
-
-
-class Watcher:
-    """List once, then watch from the list's version; list again on 410.
-
-    :param name: what is watched (for logs), e.g. ``pods``.
-    :param list_func: a ``CoreV1Api`` list method (called with
-        ``_preload_content=False``; with ``watch=True`` for the stream).
-    :param on_list: called with the listed items and the list's version.
-    :param on_event: called with (type, object) of each event.
-    :param timeout: seconds a watch request lasts before it is renewed.
-    :param after_list: called after each list has been applied.
-    """
-
-    def __init__(self, name: str, list_func: ListFunc,
-                 on_list: Callable[[list[dict[str, Any]], int | None], None],
-                 on_event: Callable[[str, dict[str, Any]], None],
-                 timeout: int = 300, backoff: float = 1.0,
-                 after_list: Callable[[], None] | None = None) -> None:
-        self.name = name
-        self.list_func = list_func
-        self.on_list = on_list
-        self.on_event = on_event
-        self.timeout = timeout
-        self.backoff = backoff
-        self.after_list = after_list
-        self.stopping = threading.Event()
-        #: lists done (1 after start; more after 410 Gone)
-        self.lists = 0
-        self._response: Any = None
-        self._thread: threading.Thread | None = None
-
-    def start(self) -> Watcher:
-        self._thread = threading.Thread(target=self._run, daemon=True,
-                                        name='watch-%s' % self.name)
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self.stopping.set()
-        response = self._response
-        if response is not None:
-            try:
-                # shutdown() unblocks a read in progress (urllib3 2.3+)
-                getattr(response, 'shutdown', response.close)()
-            except Exception:  # closing a half-read stream may fail
-                LOG.debug('closing the %s watch failed', self.name,
-                          exc_info=True)
-        if self._thread is not None:
-            self._thread.join(timeout=10)
-            self._thread = None
-
-    def _list(self) -> str:
-        response = self.list_func(_preload_content=False)
-        data = json.loads(response.data)
-        version = (data.get('metadata') or {}).get('resourceVersion') or ''
-        try:
-            rv: int | None = int(version)
-        except ValueError:
-            rv = None
-        self.on_list(list(data.get('items') or []), rv)
-        self.lists += 1
-        if self.after_list is not None:
-            self.after_list()
-        LOG.info('Listed %d %s at version %s', len(data.get('items') or []),
-                 self.name, version)
-        return str(version)
-
-    def _run(self) -> None:
-        from kubernetes.watch import watch as k8s_watch
-
-        version = ''
-        while not self.stopping.is_set():
-            try:
-                if not version:
-                    version = self._list()
-                response = self.list_func(
-                    watch=True, resource_version=version,
-                    timeout_seconds=self.timeout,
-                    allow_watch_bookmarks=True, _preload_content=False)
-                self._response = response
-                try:
-                    for line in k8s_watch.iter_resp_lines(response):
-                        if self.stopping.is_set():
-                            break
-                        if not line:
-                            continue
-                        event = json.loads(line)
-                        kind = event.get('type')
-                        obj = event.get('object') or {}
-                        if kind == 'ERROR':
-                            LOG.info('%s watch at %s ended: %s', self.name,
-                                     version, obj.get('message'))
-                            if obj.get('code') == 410:
-                                version = ''
-                            break
-                        new = (obj.get('metadata') or {}).get(
-                            'resourceVersion')
-                        if kind != 'BOOKMARK':
-                            self.on_event(str(kind), obj)
-                        if new:
-                            version = str(new)
-                finally:
-                    self._response = None
-                    response.release_conn()
-            except Exception as err:  # keep watching whatever happened
-                if self.stopping.is_set():
-                    return
-                LOG.warning('%s watch failed (%s); retrying', self.name, err)
-                self.stopping.wait(self.backoff)
-
-
-def pod_event(cache: ClusterCache) -> Callable[[str, dict[str, Any]], None]:
-    def apply(kind: str, obj: dict[str, Any]) -> None:
-        if kind == 'DELETED':
-            cache.delete_pod(obj)
-        else:
-            cache.set_pod(obj)
-    return apply
-
-
-def node_event(cache: ClusterCache) -> Callable[[str, dict[str, Any]], None]:
-    def apply(kind: str, obj: dict[str, Any]) -> None:
-        if kind == 'DELETED':
-            cache.delete_node(str((obj.get('metadata') or {}).get('name')))
-        else:
-            cache.set_node(obj)
-    return apply
-
-
-def _settle_memory() -> None:
-    """After a list: what was loaded is long-lived; keep it out of the
-    cyclic garbage collector's full passes, which would otherwise pause
-    decisions for tens of milliseconds on a large cluster."""
-    gc.collect()
-    gc.freeze()
-
-
-def watchers(cache: ClusterCache, core_api: Any,
-             timeout: int = 300) -> tuple[Watcher, Watcher]:
-    """The node and pod watchers that feed ``cache`` (not started)."""
-    return (
-        Watcher('nodes', core_api.list_node,
-                lambda items, _rv: cache.replace_nodes(items),
-                node_event(cache), timeout, after_list=_settle_memory),
-        Watcher('pods', core_api.list_pod_for_all_namespaces,
-                cache.replace_pods, pod_event(cache), timeout,
-                after_list=_settle_memory))
