@@ -14,6 +14,16 @@ ends when the watch delivers the pod at or after the version that the
 annotation write returned, when the pod is deleted, or when the write
 failed.
 
+Each node's view carries a summary (free CUs, free memory and free slots
+per GPU, idle GPUs) and the node sits in two bucketed indexes kept as
+views change: by the most free CUs one GPU with a free slot has (in
+1/:data:`BUCKETS` of a GPU) and by its idle GPUs. With a
+:class:`~amdgpu_virt.sharing.packing.Mix` (the fragmentation score), a
+``binpack`` pod is only tried on nodes whose bucket can hold it, tightest
+first, and placed where the expected fragmentation grows least among the
+first ``candidates`` nodes that fit: a decision does not rescan the
+cluster.
+
 Bad annotations written by someone else never stop the cache: a device
 that cannot be read is left out of its node; a node whose registration
 cannot be read at all offers nothing; a live pod whose allocation cannot
@@ -25,6 +35,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import functools
 import json
 import logging
 import operator
@@ -38,10 +49,34 @@ from amdgpu_virt import exception
 from amdgpu_virt.k8s import fit
 from amdgpu_virt.sharing import allocator
 from amdgpu_virt.sharing import hami
+from amdgpu_virt.sharing import packing
 
 LOG = logging.getLogger(__name__)
 
 DONE_PHASES = ('Succeeded', 'Failed')
+#: buckets of the free-CU index (one per 1/BUCKETS of a GPU)
+BUCKETS = 32
+_UNKNOWN = ('node unknown to the extender (no such node, or the cache is '
+            'not up to date yet)')
+
+
+@functools.lru_cache(maxsize=4096)
+def _cus(percent: int, devcore: int, unit: int) -> int:
+    return hami.percent_to_cus(percent, devcore, unit)
+
+
+def share_bucket(view: fit.NodeView) -> int:
+    """The free-CU bucket of ``view`` (-1: no GPU takes a share)."""
+    if view.problem:
+        return -1
+    best = max((f.cus for f in view.frees if f.slot and f.mem > 0),
+               default=0.0)
+    return int(best * BUCKETS) if best > 0 else -1
+
+
+def idle_bucket(view: fit.NodeView) -> int:
+    """The idle-GPU bucket of ``view`` (0: none idle, or a problem)."""
+    return 0 if view.problem else view.idle_gpus
 
 
 @dataclasses.dataclass(frozen=True)
@@ -194,12 +229,33 @@ class ClusterCache:
     """Nodes, pods and reservations, guarded by one lock.
 
     :param strategy: the device plugin's CU strategy (for the CU view).
+
+    :param mix: rank ``binpack`` pods by the fragmentation score of this
+        request mix (None: HAMi's order, the busiest node first).
+    :param candidates: nodes that fit to compare, at most, per decision.
     """
 
     def __init__(self, strategy: allocator.CuStrategy | None = None,
-                 resource: str = hami.RESOURCE_GPU) -> None:
+                 resource: str = hami.RESOURCE_GPU,
+                 mix: packing.Mix | None = None,
+                 candidates: int = 32) -> None:
         self.strategy = strategy or allocator.BestFitStrategy()
         self.resource = resource
+        self.mix = mix
+        self.candidates = max(1, candidates)
+        #: name -> (share bucket, idle bucket) of each indexed node
+        self._bucket_of: dict[str, tuple[int, int]] = {}
+        self._shares: list[dict[str, None]] = [{} for _ in
+                                                range(BUCKETS + 1)]
+        self._idle: dict[int, dict[str, None]] = {}
+        #: (node, request shape) -> (view, its best placement key)
+        self._costs: dict[tuple[str, Any], tuple[Any, Any]] = {}
+        self._cost_score: packing.Score | None = None
+        #: the last candidate names and what they resolved to
+        self._names: Sequence[str] | None = None
+        self._wanted: tuple[set[str], set[str]] = (set(), set())
+        #: most memory of one GPU (request memory as a fraction)
+        self.reference_mem = 0
         self.lock = threading.RLock()
         self._nodes: dict[str, NodeEntry] = {}
         self._pods: dict[str, PodEntry] = {}
@@ -277,6 +333,10 @@ class ClusterCache:
         with self.lock:
             self._nodes = {entry.name: entry for entry in entries}
             self._views.clear()
+            self._bucket_of.clear()
+            self._shares = [{} for _ in range(BUCKETS + 1)]
+            self._idle.clear()
+            self._names = None
             self._dirty = set(self._nodes)
             self.nodes_synced.set()
 
@@ -338,7 +398,11 @@ class ClusterCache:
         """Rebuild the views of the nodes that changed, and keep the nodes
         ranked by both node policies (lock held)."""
         full = len(self._dirty) * 4 > len(self._views)
+        if self._dirty - self._views.keys() or \
+                self._dirty - self._nodes.keys():
+            self._names = None   # the known nodes change
         for name in self._dirty:
+            self._unindex(name)
             old = self._views.pop(name, None)
             if old is not None and not full:
                 for ranks, key in ((self._by_binpack, old.rank_binpack),
@@ -352,6 +416,7 @@ class ClusterCache:
                 continue
             view = self._build(entry)
             self._views[name] = view
+            self._index(view)
             if not full:
                 bisect.insort(self._by_binpack, view.rank_binpack)
                 bisect.insort(self._by_spread, view.rank_spread)
@@ -365,6 +430,41 @@ class ClusterCache:
                                       for v in self._views.values())
             self._by_spread = sorted(v.rank_spread
                                      for v in self._views.values())
+
+    def _index(self, view: fit.NodeView) -> None:
+        for gpu in view.gpus:
+            if gpu.info.devmem > self.reference_mem:
+                self.reference_mem = gpu.info.devmem
+        buckets = (share_bucket(view), idle_bucket(view))
+        self._bucket_of[view.name] = buckets
+        if buckets[0] >= 0:
+            self._shares[buckets[0]][view.name] = None
+        if buckets[1]:
+            self._idle.setdefault(buckets[1], {})[view.name] = None
+
+    def _unindex(self, name: str) -> None:
+        buckets = self._bucket_of.pop(name, None)
+        if buckets is None:
+            return
+        if buckets[0] >= 0:
+            self._shares[buckets[0]].pop(name, None)
+        if buckets[1]:
+            self._idle[buckets[1]].pop(name, None)
+
+    def index_snapshot(self) -> dict[str, tuple[int, int]]:
+        """name -> (share bucket, idle bucket) of every indexed node, as
+        the indexes hold them (for checks against a recomputation)."""
+        with self.lock:
+            if self._dirty:
+                self._sync_views()
+            result = {}
+            for bucket, names in enumerate(self._shares):
+                for name in names:
+                    result[name] = (bucket, 0)
+            for idle, names in self._idle.items():
+                for name in names:
+                    result[name] = (result.get(name, (-1, 0))[0], idle)
+            return result
 
     def view(self, name: str) -> fit.NodeView | None:
         """The node's view, or None when the node is unknown."""
@@ -418,6 +518,10 @@ class ClusterCache:
             previous = self._reserved.get(key)
             self._reserved[key] = _Reservation(None, (), '')
             self._refresh(key)
+            if self.mix is not None and request.node_policy == 'binpack':
+                if self._dirty:
+                    self._sync_views()
+                self.mix.record(request.shapes(self.reference_mem))
             decision = self._decide(request, names)
             if decision.fit is None:
                 if previous is None:
@@ -431,20 +535,185 @@ class ClusterCache:
             self._refresh(key)
             return decision
 
-    def _decide(self, request: fit.PodRequest,
-                names: Sequence[str]) -> fit.Decision:
-        """:func:`fit.decide_in_order` over the ranked nodes (lock held)."""
-        if self._dirty:
-            self._sync_views()
+    def _known(self, names: Sequence[str]) -> tuple[set[str], set[str]]:
+        """(known, unknown) names; the last answer is kept while the
+        names and the known nodes stay the same (lock held)."""
+        if self._names is not None and (names is self._names or
+                                        names == self._names):
+            return self._wanted
         wanted = set(names)
         unknown = wanted - self._views.keys()
         known = wanted - unknown if unknown else wanted
+        self._names = names
+        self._wanted = (known, unknown)
+        return self._wanted
+
+    def _decide(self, request: fit.PodRequest,
+                names: Sequence[str]) -> fit.Decision:
+        """:func:`fit.decide_in_order` over the ranked nodes, or the
+        packed decision (lock held)."""
+        if self._dirty:
+            self._sync_views()
+        known, unknown = self._known(names)
+        if self.mix is not None and request.node_policy == 'binpack':
+            return self._decide_packed(request, known, unknown)
         ranks = self._by_spread if request.node_policy == 'spread' \
             else self._by_binpack
         views = self._views
         ordered = (views[name] for _rank, name in ranks if name in known)
         return fit.decide_in_order(ordered, known, request, unknown,
                                    self.strategy, self._without_gpus)
+
+    # -- the packed decision ---------------------------------------------
+
+    def _candidate_names(self, request: fit.PodRequest) -> Iterable[str]:
+        """Nodes whose buckets may hold ``request``, tightest first."""
+        idle = sum(w.nums for w in request.containers
+                   if w.nums and w.exclusive)
+        if idle:
+            for count in sorted(self._idle):
+                if count >= idle:
+                    yield from self._idle[count]
+            return
+        need = min((w.percent for w in request.containers if w.nums),
+                   default=100)
+        first = max(0, int((need / 100 - 1 / 64) * BUCKETS))
+        for bucket in range(first, BUCKETS + 1):
+            yield from self._shares[bucket]
+
+    @staticmethod
+    def _fast_key(score: packing.Score, view: fit.NodeView,
+                  want: fit.ContainerRequest) -> Any:
+        """The best placement key of a one-container request on
+        ``view`` from its summary, or None when no GPU holds it."""
+        usage = -view.usage
+        if want.exclusive:
+            left = view.idle_gpus - want.nums
+            if left < 0:
+                return None
+            partial = view.partial_free
+            cost = score.whole_fragment(left, partial) - \
+                score.whole_fragment(view.idle_gpus, partial)
+            return (round(cost, 9), float(left), usage, view.name)
+        best = None
+        for gpu, free in zip(view.healthy, view.frees, strict=True):
+            info = gpu.info
+            if gpu.used_slots >= info.count:
+                continue
+            cus = _cus(want.percent, info.devcore, gpu.unit)
+            mem = want.mem or info.devmem
+            if gpu.usable_cores < cus or gpu.free_mem < mem or \
+                    mem > info.devmem:
+                continue
+            cost = packing.share_cost(
+                score, free, cus / info.devcore, mem / info.devmem,
+                gpu.used_slots + 1 < info.count, view.idle_gpus,
+                view.partial_free)
+            key = (round(cost, 9), free.cus - cus / info.devcore, usage,
+                   view.name)
+            if best is None or key < best:
+                best = key
+        return best
+
+    def _decide_packed(self, request: fit.PodRequest, known: set[str],
+                       unknown: set[str]) -> fit.Decision:
+        """The placement that grows expected fragmentation least, among
+        the first nodes of the indexes that hold the request."""
+        assert self.mix is not None
+        score = self.mix.score
+        if score is not self._cost_score:
+            self._costs.clear()
+            self._cost_score = score
+        gpu_score = score if not request.gpu_policy_set or \
+            request.gpu_policy == 'binpack' else None
+        wants = [w for w in request.containers if w.nums]
+        fast = gpu_score is not None and not request.filtered and \
+            len(wants) == 1 and (wants[0].exclusive or wants[0].nums == 1)
+        shape = (wants[0].nums, wants[0].percent, wants[0].mem,
+                 wants[0].exclusive) if fast else None
+        views = self._views
+        failed: dict[str, str] = {}
+        unresolvable = dict.fromkeys(unknown, _UNKNOWN)
+        found: list[tuple[Any, fit.NodeView, fit.NodeFit | None]] = []
+        for name in self._candidate_names(request):
+            if name not in known:
+                continue
+            view = views[name]
+            never = fit._never_fits(view, request)
+            if never:
+                unresolvable[name] = never
+                continue
+            if shape is not None:
+                memo = self._costs.get((name, shape))
+                if memo is not None and memo[0] is view:
+                    key = memo[1]
+                else:
+                    key = self._fast_key(score, view, wants[0])
+                    self._costs[(name, shape)] = (view, key)
+                if key is None:
+                    failed[name] = fit.quick_reject(view, request) or \
+                        'container %r (%s): no GPU holds it' % (
+                            wants[0].name, wants[0].describe())
+                    continue
+                found.append((key, view, None))
+            else:
+                result = fit.quick_reject(view, request) or fit.fit_node(
+                    view, request, self.strategy, gpu_score)
+                if isinstance(result, str):
+                    failed[name] = result
+                    continue
+                found.append((self._placement_key(score, view, result),
+                              view, result))
+            if len(found) >= self.candidates:
+                break
+        found.sort(key=lambda item: item[0])
+        for _key, view, placement in found:
+            result = placement or fit.fit_node(view, request, self.strategy,
+                                               gpu_score)
+            if isinstance(result, fit.NodeFit):
+                return fit.chosen_decision(
+                    result, known, failed, unresolvable,
+                    self._without_gpus,
+                    'node %s was chosen (least fragmentation among the '
+                    'nodes that fit)' % result.node)
+            failed[view.name] = result
+        for name in self._without_gpus:
+            if name in known:
+                unresolvable[name] = 'no AMD GPU registered in %s' % \
+                    hami.NODE_REGISTER
+        return fit.Decision(None, fit.Reasons(
+            known, failed, functools.partial(self._summary_reason, request),
+            unresolvable), unresolvable)
+
+    @staticmethod
+    def _placement_key(score: packing.Score, view: fit.NodeView,
+                       placement: fit.NodeFit) -> Any:
+        index = {gpu.info.id: n for n, gpu in enumerate(view.healthy)}
+        changes: dict[int, packing.GpuFree] = {}
+        taken = 0.0
+        for container in placement.containers:
+            for used in container:
+                n = index[used.uuid]
+                gpu = view.healthy[n]
+                info = gpu.info
+                before = changes.get(n, view.frees[n])
+                share = used.usedcores / info.devcore
+                taken += share
+                changes[n] = packing.after(
+                    before, share, used.usedmem / info.devmem,
+                    gpu.used_slots + 1 < info.count)
+        cost = packing.placement_cost(score, view.frees, changes)
+        left = sum(f.cus for f in view.frees) - taken
+        return (round(cost, 9), left, -view.usage, view.name)
+
+    def _summary_reason(self, request: fit.PodRequest, name: str) -> str:
+        view = self._views.get(name)
+        if view is None:
+            return _UNKNOWN
+        return fit.quick_reject(view, request) or (
+            'no GPU can hold the request (the node has %d idle GPUs, at '
+            'most %d CUs and %d MiB free on one GPU)' % (
+                view.idle_gpus, view.max_free_cores, view.max_free_mem))
 
     def confirm(self, key: str, resource_version: int | None) -> None:
         """The annotations of ``key`` were written at this version."""
