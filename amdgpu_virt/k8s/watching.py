@@ -37,14 +37,21 @@ class Watcher:
     :param on_event: called with (type, object) of each event.
     :param timeout: seconds a watch request lasts before it is renewed.
     :param after_list: called after each list has been applied.
+    :param page_size: items per list page (0: one page).
     """
+
+    #: a list longer than this is refused (a server sending continue
+    #: tokens forever)
+    max_pages = 100000
 
     def __init__(self, name: str, list_func: ListFunc,
                  on_list: Callable[[list[dict[str, Any]], int | None], None],
                  on_event: EventFunc,
                  timeout: int = 300, backoff: float = 1.0,
-                 after_list: Callable[[], None] | None = None) -> None:
+                 after_list: Callable[[], None] | None = None,
+                 page_size: int = 500) -> None:
         self.name = name
+        self.page_size = page_size
         self.list_func = list_func
         self.on_list = on_list
         self.on_event = on_event
@@ -78,20 +85,42 @@ class Watcher:
             self._thread = None
 
     def _list(self) -> str:
-        response = self.list_func(_preload_content=False)
-        data = json.loads(response.data)
-        version = (data.get('metadata') or {}).get('resourceVersion') or ''
+        """List every page (``limit``/``continue``), then apply the items
+        at once; the watch starts from the first page's version (events
+        after it may come again, which the cache takes as updates)."""
+        items: list[dict[str, Any]] = []
+        version: str | None = None
+        token = ''
+        pages = 0
+        while True:
+            kwargs: dict[str, Any] = {'_preload_content': False}
+            if self.page_size:
+                kwargs['limit'] = self.page_size
+            if token:
+                kwargs['_continue'] = token
+            data = json.loads(self.list_func(**kwargs).data)
+            meta = data.get('metadata') or {}
+            if version is None:
+                version = str(meta.get('resourceVersion') or '')
+            items.extend(data.get('items') or [])
+            pages += 1
+            token = str(meta.get('continue') or '')
+            if not token or not self.page_size:
+                break
+            if pages > self.max_pages:
+                raise ValueError('the %s list has more than %d pages'
+                                 % (self.name, self.max_pages))
         try:
             rv: int | None = int(version)
         except ValueError:
             rv = None
-        self.on_list(list(data.get('items') or []), rv)
+        self.on_list(items, rv)
         self.lists += 1
         if self.after_list is not None:
             self.after_list()
-        LOG.info('Listed %d %s at version %s', len(data.get('items') or []),
-                 self.name, version)
-        return str(version)
+        LOG.info('Listed %d %s in %d page(s) at version %s', len(items),
+                 self.name, pages, version)
+        return version
 
     def _run(self) -> None:
         from kubernetes.watch import watch as k8s_watch

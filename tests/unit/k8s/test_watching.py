@@ -105,3 +105,49 @@ class WatchersTest(testtools.TestCase):
         self.addCleanup(gc.unfreeze)
         watching.settle_memory()
         self.assertGreater(gc.get_freeze_count(), 0)
+
+
+class PagedListTest(testtools.TestCase):
+
+    def test_every_page_is_read_and_applied_at_once(self) -> None:
+        pods = [gpu_pod('p%d' % n, 'n1', 'g0,AMD,10,4:;', rv=n + 1)
+                for n in range(5)]
+        calls: list[dict[str, Any]] = []
+
+        def list_pods(**kwargs: Any) -> Any:
+            calls.append(kwargs)
+            start = int(kwargs.get('_continue') or 0)
+            page = pods[start:start + kwargs['limit']]
+            meta: dict[str, Any] = {'resourceVersion': str(10 + start)}
+            if start + kwargs['limit'] < len(pods):
+                meta['continue'] = str(start + kwargs['limit'])
+
+            class Response:
+                data = json.dumps({'metadata': meta,
+                                   'items': page}).encode()
+            return Response()
+
+        applied: list[tuple[int, int | None]] = []
+        watcher = watching.Watcher(
+            'pods', list_pods, lambda items, rv: applied.append(
+                (len(items), rv)), lambda kind, obj: None, page_size=2)
+        self.assertEqual('10', watcher._list())
+        self.assertEqual([2, 2, 2], [c['limit'] for c in calls])
+        self.assertEqual([None, '2', '4'],
+                         [c.get('_continue') for c in calls])
+        # one application, at the first page's version
+        self.assertEqual([(5, 10)], applied)
+
+    def test_endless_continue_tokens_are_refused(self) -> None:
+        def endless(**kwargs: Any) -> Any:
+            class Response:
+                data = json.dumps({'metadata': {
+                    'resourceVersion': '1', 'continue': 'more'},
+                    'items': []}).encode()
+            return Response()
+
+        watcher = watching.Watcher('pods', endless, lambda i, rv: None,
+                                   lambda kind, obj: None, page_size=1)
+        watcher.max_pages = 3
+        self.assertRaisesRegex(ValueError, 'more than 3 pages',
+                               watcher._list)
