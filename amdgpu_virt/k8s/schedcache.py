@@ -254,8 +254,16 @@ class ClusterCache:
         #: the last candidate names and what they resolved to
         self._names: Sequence[str] | None = None
         self._wanted: tuple[set[str], set[str]] = (set(), set())
-        #: most memory of one GPU (request memory as a fraction)
+        #: most memory of one GPU (request memory as a fraction), fewest
+        #: CUs of one GPU
         self.reference_mem = 0
+        self._min_devcore = allocator.MAX_CUS
+        #: nodes by registration shape (GPU memory sizes), for the
+        #: "never fits" answers
+        self._shapes: dict[tuple[int, ...], dict[str, None]] = {}
+        self._shape_of: dict[str, tuple[int, ...]] = {}
+        #: nodes that take nothing now, and why
+        self._problems: dict[str, str] = {}
         self.lock = threading.RLock()
         self._nodes: dict[str, NodeEntry] = {}
         self._pods: dict[str, PodEntry] = {}
@@ -336,6 +344,9 @@ class ClusterCache:
             self._bucket_of.clear()
             self._shares = [{} for _ in range(BUCKETS + 1)]
             self._idle.clear()
+            self._shapes.clear()
+            self._shape_of.clear()
+            self._problems.clear()
             self._names = None
             self._dirty = set(self._nodes)
             self.nodes_synced.set()
@@ -435,6 +446,14 @@ class ClusterCache:
         for gpu in view.gpus:
             if gpu.info.devmem > self.reference_mem:
                 self.reference_mem = gpu.info.devmem
+            if gpu.info.devcore < self._min_devcore:
+                self._min_devcore = gpu.info.devcore
+        if view.problem:
+            self._problems[view.name] = view.problem
+        elif view.gpus:
+            shape = tuple(sorted(g.info.devmem for g in view.gpus))
+            self._shape_of[view.name] = shape
+            self._shapes.setdefault(shape, {})[view.name] = None
         buckets = (share_bucket(view), idle_bucket(view))
         self._bucket_of[view.name] = buckets
         if buckets[0] >= 0:
@@ -443,6 +462,13 @@ class ClusterCache:
             self._idle.setdefault(buckets[1], {})[view.name] = None
 
     def _unindex(self, name: str) -> None:
+        self._problems.pop(name, None)
+        shape = self._shape_of.pop(name, None)
+        if shape is not None:
+            group = self._shapes[shape]
+            group.pop(name, None)
+            if not group:
+                del self._shapes[shape]
         buckets = self._bucket_of.pop(name, None)
         if buckets is None:
             return
@@ -550,21 +576,73 @@ class ClusterCache:
 
     def _decide(self, request: fit.PodRequest,
                 names: Sequence[str]) -> fit.Decision:
-        """:func:`fit.decide_in_order` over the ranked nodes, or the
-        packed decision (lock held)."""
+        """Only the nodes whose buckets may hold ``request`` are tried:
+        the packed decision, or the first that fits in the order of the
+        pod's node policy (lock held)."""
         if self._dirty:
             self._sync_views()
         known, unknown = self._known(names)
+        unresolvable = self._unresolvable(request, known, unknown)
         if self.mix is not None and request.node_policy == 'binpack':
-            return self._decide_packed(request, known, unknown)
+            return self._decide_packed(request, known, unresolvable)
+        candidates = {name: None for name in self._candidate_names(request)
+                      if name in known and name not in unresolvable}
         ranks = self._by_spread if request.node_policy == 'spread' \
             else self._by_binpack
         views = self._views
-        ordered = (views[name] for _rank, name in ranks if name in known)
-        return fit.decide_in_order(ordered, known, request, unknown,
-                                   self.strategy, self._without_gpus)
+        if len(candidates) * 8 < len(ranks):
+            rank = operator.attrgetter(
+                'rank_spread' if request.node_policy == 'spread'
+                else 'rank_binpack')
+            ordered: Iterable[fit.NodeView] = sorted(
+                (views[name] for name in candidates), key=rank)
+        else:
+            ordered = (views[name] for _rank, name in ranks
+                       if name in candidates)
+        failed = self._closed(known)
+        for view in ordered:
+            result = fit.quick_reject(view, request) or fit.fit_node(
+                view, request, self.strategy)
+            if isinstance(result, fit.NodeFit):
+                return fit.chosen_decision(
+                    result, known, failed, unresolvable, (),
+                    'node %s was chosen (%s %s)' % (
+                        result.node, hami.NODE_SCHEDULER_POLICY,
+                        request.node_policy))
+            failed[view.name] = result
+        return self._no_fit(request, known, failed, unresolvable)
 
-    # -- the packed decision ---------------------------------------------
+    def _unresolvable(self, request: fit.PodRequest, known: set[str],
+                      unknown: set[str]) -> dict[str, str]:
+        """Known nodes that can never take ``request`` as registered, by
+        registration shape, and the unknown ones."""
+        result = dict.fromkeys(unknown, _UNKNOWN)
+        none = 'no AMD GPU registered in %s' % hami.NODE_REGISTER
+        for name in self._without_gpus:
+            if name in known:
+                result[name] = none
+        for group in self._shapes.values():
+            first = next(iter(group))
+            reason = fit._never_fits(self._views[first], request)
+            if reason is None:
+                continue
+            for name in group:
+                if name in known:
+                    # the reason names the node's own sizes: all alike
+                    result[name] = reason
+        return result
+
+    def _closed(self, known: set[str]) -> dict[str, str]:
+        """The known nodes that take nothing now, with why."""
+        return {name: problem for name, problem in self._problems.items()
+                if name in known}
+
+    def _no_fit(self, request: fit.PodRequest, known: set[str],
+                failed: dict[str, str],
+                unresolvable: dict[str, str]) -> fit.Decision:
+        return fit.Decision(None, fit.Reasons(
+            known, failed, functools.partial(self._summary_reason, request),
+            unresolvable), unresolvable)
 
     def _candidate_names(self, request: fit.PodRequest) -> Iterable[str]:
         """Nodes whose buckets may hold ``request``, tightest first."""
@@ -577,7 +655,9 @@ class ClusterCache:
             return
         need = min((w.percent for w in request.containers if w.nums),
                    default=100)
-        first = max(0, int((need / 100 - 1 / 64) * BUCKETS))
+        # percent_to_cus floors: a GPU may take 1 CU less than the percent
+        first = max(0, int((need / 100 - 1 / max(1, self._min_devcore))
+                           * BUCKETS))
         for bucket in range(first, BUCKETS + 1):
             yield from self._shares[bucket]
 
@@ -616,7 +696,7 @@ class ClusterCache:
         return best
 
     def _decide_packed(self, request: fit.PodRequest, known: set[str],
-                       unknown: set[str]) -> fit.Decision:
+                       unresolvable: dict[str, str]) -> fit.Decision:
         """The placement that grows expected fragmentation least, among
         the first nodes of the indexes that hold the request."""
         assert self.mix is not None
@@ -632,17 +712,12 @@ class ClusterCache:
         shape = (wants[0].nums, wants[0].percent, wants[0].mem,
                  wants[0].exclusive) if fast else None
         views = self._views
-        failed: dict[str, str] = {}
-        unresolvable = dict.fromkeys(unknown, _UNKNOWN)
+        failed = self._closed(known)
         found: list[tuple[Any, fit.NodeView, fit.NodeFit | None]] = []
         for name in self._candidate_names(request):
-            if name not in known:
+            if name not in known or name in unresolvable:
                 continue
             view = views[name]
-            never = fit._never_fits(view, request)
-            if never:
-                unresolvable[name] = never
-                continue
             if shape is not None:
                 memo = self._costs.get((name, shape))
                 if memo is not None and memo[0] is view:
@@ -672,18 +747,11 @@ class ClusterCache:
                                                gpu_score)
             if isinstance(result, fit.NodeFit):
                 return fit.chosen_decision(
-                    result, known, failed, unresolvable,
-                    self._without_gpus,
+                    result, known, failed, unresolvable, (),
                     'node %s was chosen (least fragmentation among the '
                     'nodes that fit)' % result.node)
             failed[view.name] = result
-        for name in self._without_gpus:
-            if name in known:
-                unresolvable[name] = 'no AMD GPU registered in %s' % \
-                    hami.NODE_REGISTER
-        return fit.Decision(None, fit.Reasons(
-            known, failed, functools.partial(self._summary_reason, request),
-            unresolvable), unresolvable)
+        return self._no_fit(request, known, failed, unresolvable)
 
     @staticmethod
     def _placement_key(score: packing.Score, view: fit.NodeView,
@@ -707,13 +775,31 @@ class ClusterCache:
         return (round(cost, 9), left, -view.usage, view.name)
 
     def _summary_reason(self, request: fit.PodRequest, name: str) -> str:
+        """Why the node's summary rules ``request`` out (nodes the
+        indexes skipped)."""
         view = self._views.get(name)
         if view is None:
             return _UNKNOWN
-        return fit.quick_reject(view, request) or (
-            'no GPU can hold the request (the node has %d idle GPUs, at '
-            'most %d CUs and %d MiB free on one GPU)' % (
-                view.idle_gpus, view.max_free_cores, view.max_free_mem))
+        reason = fit.quick_reject(view, request)
+        if reason:
+            return reason
+        for want in request.containers:
+            if not want.nums:
+                continue
+            if want.exclusive:
+                if view.idle_gpus < want.nums:
+                    return 'container %r (%s): in use (a whole GPU was ' \
+                        'asked): %d of %d GPUs idle' % (
+                            want.name, want.describe(), view.idle_gpus,
+                            len(view.gpus))
+                continue
+            largest = max((g.usable_cores for g in view.healthy
+                           if g.used_slots < g.info.count), default=0)
+            return 'container %r (%s): too few free CUs or too little ' \
+                'free memory (at most %d CUs on a GPU with a free slot, ' \
+                '%d MiB on one GPU)' % (want.name, want.describe(),
+                                        largest, view.max_free_mem)
+        return 'does not fit'
 
     def confirm(self, key: str, resource_version: int | None) -> None:
         """The annotations of ``key`` were written at this version."""
