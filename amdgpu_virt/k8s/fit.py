@@ -245,6 +245,13 @@ class GpuState:
     used_cores: int
     used_mem: int
     free_mask: int
+    #: free CUs a new consumer may get (the counts and the CU view agree)
+    usable_cores: int = dataclasses.field(init=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, 'usable_cores', max(0, min(
+            self.info.devcore - self.used_cores,
+            self.free_mask.bit_count())))
 
     @property
     def free_cores(self) -> int:
@@ -255,16 +262,10 @@ class GpuState:
         return self.info.devmem - self.used_mem
 
     @property
-    def usable_cores(self) -> int:
-        """Free CUs a new consumer may get (the counts and the CU view
-        agree)."""
-        return max(0, min(self.free_cores, self.free_mask.bit_count()))
-
-    @property
     def idle(self) -> bool:
         """Nothing uses the GPU: a whole-GPU request may take it."""
         return not (self.used_slots or self.used_cores or self.used_mem) \
-            and self.free_mask.bit_count() >= self.info.devcore
+            and self.usable_cores >= self.info.devcore
 
     def free(self) -> packing.GpuFree:
         """What is free, for the fragmentation score."""
@@ -380,8 +381,10 @@ def build_view(name: str, devices: Sequence[hami.DeviceInfo],
                 count -= mask.bit_count()
             if count > 0:
                 pending.append((owner, uuid, count))
-    allocators = {}
-    for uuid, device in by_id.items():
+    allocators: dict[str, allocator.CuAllocator] = {}
+    for uuid in {uuid for _o, uuid, _m in stored} | \
+            {uuid for _o, uuid, _c in pending}:
+        device = by_id[uuid]
         allocators[uuid] = allocator.CuAllocator(
             uuid, device.devcore, unit=device.cu_unit, strategy=strategy)
     for owner, uuid, mask in stored:
@@ -404,8 +407,10 @@ def build_view(name: str, devices: Sequence[hami.DeviceInfo],
                       name, count, uuid, owner)
     states = []
     for uuid, device in by_id.items():
-        alloc = allocators[uuid]
-        free = allocator.whole_units(alloc.free_mask, device.cu_unit)
+        used_alloc = allocators.get(uuid)
+        # an untouched GPU: all its CUs (whole units, see usable_device)
+        free = (1 << device.devcore) - 1 if used_alloc is None else \
+            allocator.whole_units(used_alloc.free_mask, device.cu_unit)
         states.append(GpuState(device, device.cu_unit, slots[uuid],
                                cores[uuid], mem[uuid], free))
     states.sort(key=lambda s: (s.info.index, s.info.id))

@@ -79,6 +79,20 @@ def idle_bucket(view: fit.NodeView) -> int:
     return 0 if view.problem else view.idle_gpus
 
 
+def free_bucket(view: fit.NodeView) -> int:
+    """Free CUs of the whole node in quarters of a GPU (the order within
+    the other buckets: the tightest nodes first)."""
+    return int(4 * (view.partial_free + view.idle_gpus))
+
+
+def buckets_of(view: fit.NodeView) -> tuple[int, int, int]:
+    """(share bucket, idle bucket, free bucket) of ``view``."""
+    return share_bucket(view), idle_bucket(view), free_bucket(view)
+
+
+_Index = dict[int, dict[int, dict[str, None]]]
+
+
 @dataclasses.dataclass(frozen=True)
 class NodeEntry:
     """What a node registers: its usable AMD devices, or why none."""
@@ -244,10 +258,10 @@ class ClusterCache:
         self.mix = mix
         self.candidates = max(1, candidates)
         #: name -> (share bucket, idle bucket) of each indexed node
-        self._bucket_of: dict[str, tuple[int, int]] = {}
-        self._shares: list[dict[str, None]] = [{} for _ in
-                                                range(BUCKETS + 1)]
-        self._idle: dict[int, dict[str, None]] = {}
+        self._bucket_of: dict[str, tuple[int, int, int]] = {}
+        #: share bucket or idle GPUs -> free bucket -> node names
+        self._shares: _Index = {}
+        self._idle: _Index = {}
         #: (node, request shape) -> (view, its best placement key)
         self._costs: dict[tuple[str, Any], tuple[Any, Any]] = {}
         self._cost_score: packing.Score | None = None
@@ -342,7 +356,7 @@ class ClusterCache:
             self._nodes = {entry.name: entry for entry in entries}
             self._views.clear()
             self._bucket_of.clear()
-            self._shares = [{} for _ in range(BUCKETS + 1)]
+            self._shares.clear()
             self._idle.clear()
             self._shapes.clear()
             self._shape_of.clear()
@@ -454,12 +468,14 @@ class ClusterCache:
             shape = tuple(sorted(g.info.devmem for g in view.gpus))
             self._shape_of[view.name] = shape
             self._shapes.setdefault(shape, {})[view.name] = None
-        buckets = (share_bucket(view), idle_bucket(view))
+        buckets = buckets_of(view)
         self._bucket_of[view.name] = buckets
         if buckets[0] >= 0:
-            self._shares[buckets[0]][view.name] = None
+            self._shares.setdefault(buckets[0], {}).setdefault(
+                buckets[2], {})[view.name] = None
         if buckets[1]:
-            self._idle.setdefault(buckets[1], {})[view.name] = None
+            self._idle.setdefault(buckets[1], {}).setdefault(
+                buckets[2], {})[view.name] = None
 
     def _unindex(self, name: str) -> None:
         self._problems.pop(name, None)
@@ -472,24 +488,38 @@ class ClusterCache:
         buckets = self._bucket_of.pop(name, None)
         if buckets is None:
             return
-        if buckets[0] >= 0:
-            self._shares[buckets[0]].pop(name, None)
-        if buckets[1]:
-            self._idle[buckets[1]].pop(name, None)
+        for index, key in ((self._shares, buckets[0]),
+                           (self._idle, buckets[1])):
+            row = index.get(key)
+            if row is None:
+                continue
+            names = row[buckets[2]]
+            del names[name]
+            if not names:
+                del row[buckets[2]]
+                if not row:
+                    del index[key]
 
-    def index_snapshot(self) -> dict[str, tuple[int, int]]:
-        """name -> (share bucket, idle bucket) of every indexed node, as
-        the indexes hold them (for checks against a recomputation)."""
+    def index_snapshot(self) -> dict[str, tuple[int, int, int]]:
+        """name -> (share bucket, idle bucket, free bucket) of every node
+        in the indexes, read back from them (for checks against a
+        recomputation, see :func:`buckets_of`)."""
         with self.lock:
             if self._dirty:
                 self._sync_views()
+            shares: dict[str, tuple[int, int]] = {}
+            idle: dict[str, tuple[int, int]] = {}
+            for index, found in ((self._shares, shares),
+                                 (self._idle, idle)):
+                for key, row in index.items():
+                    for free, names in row.items():
+                        for name in names:
+                            found[name] = (key, free)
             result = {}
-            for bucket, names in enumerate(self._shares):
-                for name in names:
-                    result[name] = (bucket, 0)
-            for idle, names in self._idle.items():
-                for name in names:
-                    result[name] = (result.get(name, (-1, 0))[0], idle)
+            for name in shares.keys() | idle.keys():
+                free = (shares.get(name) or idle[name])[1]
+                result[name] = (shares.get(name, (-1, 0))[0],
+                                idle.get(name, (0, 0))[0], free)
             return result
 
     def view(self, name: str) -> fit.NodeView | None:
@@ -651,7 +681,9 @@ class ClusterCache:
         if idle:
             for count in sorted(self._idle):
                 if count >= idle:
-                    yield from self._idle[count]
+                    row = self._idle[count]
+                    for free in sorted(row):
+                        yield from row[free]
             return
         need = min((w.percent for w in request.containers if w.nums),
                    default=100)
@@ -659,7 +691,10 @@ class ClusterCache:
         first = max(0, int((need / 100 - 1 / max(1, self._min_devcore))
                            * BUCKETS))
         for bucket in range(first, BUCKETS + 1):
-            yield from self._shares[bucket]
+            shares = self._shares.get(bucket)
+            if shares:
+                for free in sorted(shares):
+                    yield from shares[free]
 
     @staticmethod
     def _fast_key(score: packing.Score, view: fit.NodeView,
