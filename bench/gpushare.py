@@ -470,12 +470,12 @@ class Outcome:
     times: list[float] = dataclasses.field(default_factory=list)
 
 
-def run(name: str, nodes: int, seed: int, tasks: list[Task] | None = None
-        ) -> Outcome:
+def run(name: str, nodes: int, seed: int, tasks: list[Task] | None = None,
+        **options: Any) -> Outcome:
     cluster = make_cluster(nodes, seed)
     tasks = tasks or make_tasks(cluster, seed)
     total = sum(len(n.gpus) for n in cluster)
-    policy = POLICIES[name](cluster, tasks)
+    policy = POLICIES[name](cluster, tasks, **options)
     outcome = Outcome(name)
     offered = allocated = 0.0
     marks = list(LOADS)
@@ -517,6 +517,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument('--seed', type=int, default=1)
     parser.add_argument('--policies', default=','.join(POLICIES),
                         help='comma-separated, of %s' % ', '.join(POLICIES))
+    parser.add_argument('--candidates', type=int, default=32,
+                        help='ours: nodes that fit compared per decision '
+                             '([scheduler] packing_candidates)')
     args = parser.parse_args(argv)
     cluster = make_cluster(args.nodes, args.seed)
     tasks = make_tasks(cluster, args.seed)
@@ -529,7 +532,8 @@ def main(argv: list[str]) -> int:
     outcomes = []
     for name in args.policies.split(','):
         started = time.perf_counter()
-        outcome = run(name, args.nodes, args.seed, tasks)
+        options = {'candidates': args.candidates} if name == 'ours' else {}
+        outcome = run(name, args.nodes, args.seed, tasks, **options)
         outcomes.append(outcome)
         print('  %-11s done in %.1f s' % (name, time.perf_counter()
                                           - started), flush=True)

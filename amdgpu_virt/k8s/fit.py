@@ -123,7 +123,7 @@ class PodRequest:
                 result.append(packing.Shape.share(
                     want.percent / 100,
                     want.mem / reference_mem if want.mem and reference_mem
-                    else 1.0, want.nums))
+                    else 1.0, want.nums, want.mem))
         return tuple(result)
 
 
@@ -273,7 +273,7 @@ class GpuState:
         return packing.GpuFree(
             round(self.usable_cores / info.devcore, 4),
             round(max(0, self.free_mem) / info.devmem, 4),
-            self.used_slots < info.count, self.idle)
+            self.used_slots < info.count, self.idle, max(0, self.free_mem))
 
     @property
     def usage(self) -> float:
@@ -496,7 +496,7 @@ def _tentative_free(info: hami.DeviceInfo,
         round(max(0, info.devmem - state.mem) / info.devmem, 4),
         state.slots < info.count,
         not (state.slots or state.cores or state.mem)
-        and cores >= info.devcore)
+        and cores >= info.devcore, max(0, info.devmem - state.mem))
 
 
 def packed_gpu_cost(score: packing.Score, view: NodeView,
@@ -508,7 +508,8 @@ def packed_gpu_cost(score: packing.Score, view: NodeView,
     free = _tentative_free(info, state)
     cost = packing.share_cost(
         score, free, cus / info.devcore, mem / info.devmem,
-        state.slots + 1 < info.count, view.idle_gpus, view.partial_free)
+        state.slots + 1 < info.count, view.idle_gpus, view.partial_free,
+        mem)
     return round(cost, 9), free.cus - cus / info.devcore
 
 

@@ -723,7 +723,7 @@ class ClusterCache:
             cost = packing.share_cost(
                 score, free, cus / info.devcore, mem / info.devmem,
                 gpu.used_slots + 1 < info.count, view.idle_gpus,
-                view.partial_free)
+                view.partial_free, mem)
             key = (round(cost, 9), free.cus - cus / info.devcore, usage,
                    view.name)
             if best is None or key < best:
@@ -804,7 +804,7 @@ class ClusterCache:
                 taken += share
                 changes[n] = packing.after(
                     before, share, used.usedmem / info.devmem,
-                    gpu.used_slots + 1 < info.count)
+                    gpu.used_slots + 1 < info.count, used.usedmem)
         cost = packing.placement_cost(score, view.frees, changes)
         left = sum(f.cus for f in view.frees) - taken
         return (round(cost, 9), left, -view.usage, view.name)

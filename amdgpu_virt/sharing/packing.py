@@ -47,24 +47,30 @@ class Shape:
     :ivar gpus: GPUs asked (whole ones when ``whole``; else each share is
         on its own GPU).
     :ivar cus: fraction of each GPU's CUs, 0 < cus <= 1.
-    :ivar mem: fraction of each GPU's memory, 0 <= mem <= 1.
+    :ivar mem: fraction of each GPU's memory, 0 <= mem <= 1 (used when
+        ``mem_mib`` is 0).
     :ivar whole: the GPUs are taken whole (nothing else on them).
+    :ivar mem_mib: MiB of each GPU's memory (0: ``mem`` says).
     """
 
     gpus: int
     cus: float
     mem: float
     whole: bool = False
+    mem_mib: int = 0
 
     @classmethod
     def whole_gpus(cls, gpus: int) -> Shape:
         return cls(gpus, 1.0, 1.0, True)
 
     @classmethod
-    def share(cls, cus: float, mem: float, gpus: int = 1) -> Shape:
-        """A share, rounded to 1/1000 so that a mix has few shapes."""
+    def share(cls, cus: float, mem: float, gpus: int = 1,
+              mem_mib: int = 0) -> Shape:
+        """A share, rounded to 1/1000 of a GPU (and memory in MiB to
+        1/64 GiB) so that a mix has few shapes."""
         return cls(gpus, min(1.0, max(0.001, round(cus, 3))),
-                   min(1.0, max(0.0, round(mem, 3))))
+                   min(1.0, max(0.0, round(mem, 3))), False,
+                   max(0, mem_mib) // 16 * 16)
 
 
 def parse_prior(items: Iterable[str]) -> tuple[tuple[Shape, float], ...]:
@@ -97,8 +103,8 @@ def parse_prior(items: Iterable[str]) -> tuple[tuple[Shape, float], ...]:
 class Weights:
     """A mix made ready for scoring: shapes and weights summing to 1."""
 
-    #: (CU fraction, memory fraction, weight) of the share shapes
-    shares: tuple[tuple[float, float, float], ...]
+    #: (CU fraction, memory fraction, MiB or 0, weight) of the shares
+    shares: tuple[tuple[float, float, int, float], ...]
     #: (GPUs, weight) of the whole-GPU shapes
     wholes: tuple[tuple[int, float], ...]
 
@@ -111,7 +117,7 @@ class Weights:
         total = sum(merged.values())
         if not total:
             return cls((), ())
-        shares: dict[tuple[float, float], float] = \
+        shares: dict[tuple[float, float, int], float] = \
             collections.defaultdict(float)
         wholes: dict[int, float] = collections.defaultdict(float)
         for shape, weight in merged.items():
@@ -119,8 +125,10 @@ class Weights:
                 wholes[shape.gpus] += weight / total
             else:
                 # k shares on k GPUs: each GPU must hold one share
-                shares[(shape.cus, shape.mem)] += weight / total
-        return cls(tuple(sorted((c, m, w) for (c, m), w in shares.items())),
+                shares[(shape.cus, shape.mem, shape.mem_mib)] += \
+                    weight / total
+        return cls(tuple(sorted((c, m, b, w)
+                                for (c, m, b), w in shares.items())),
                    tuple(sorted(wholes.items())))
 
 
@@ -132,12 +140,15 @@ class GpuFree:
     :ivar mem: free memory / memory.
     :ivar slot: a new consumer may be added (HAMi's ``count``).
     :ivar idle: nothing uses the GPU.
+    :ivar mem_mib: free memory in MiB (-1: unknown; shapes asking MiB
+        are then compared by fraction of the GPU's memory).
     """
 
     cus: float
     mem: float
     slot: bool
     idle: bool
+    mem_mib: int = -1
 
 
 class Score:
@@ -148,21 +159,27 @@ class Score:
 
     def __init__(self, weights: Weights) -> None:
         self.weights = weights
-        self._memo: dict[tuple[float, float, bool], float] = {}
+        self._memo: dict[tuple[float, float, bool, int], float] = {}
         self._whole: dict[tuple[int, float], float] = {}
 
-    def share_fragment(self, cus: float, mem: float, slot: bool) -> float:
+    def share_fragment(self, cus: float, mem: float, slot: bool,
+                       mem_mib: int = -1) -> float:
         """Free CUs of one GPU (in GPUs) that the mix's shares cannot use,
-        weighted by the shares' weights."""
-        key = (cus, mem, slot)
+        weighted by the shares' weights.
+
+        :param mem_mib: free MiB (-1: unknown, see :class:`GpuFree`).
+        """
+        key = (cus, mem, slot, mem_mib)
         value = self._memo.get(key)
         if value is None:
             if cus <= _EPS:
                 value = 0.0
             else:
                 unusable = sum(
-                    w for c, m, w in self.weights.shares
-                    if not slot or c > cus + _EPS or m > mem + _EPS)
+                    w for c, m, b, w in self.weights.shares
+                    if not slot or c > cus + _EPS or (
+                        b > mem_mib if b and mem_mib >= 0
+                        else m > mem + _EPS))
                 value = cus * unusable
             if len(self._memo) > 1 << 16:
                 self._memo.clear()
@@ -188,15 +205,17 @@ class Score:
         """The node's expected fragmentation, in GPUs."""
         idle = sum(1 for g in gpus if g.idle)
         partial = sum(g.cus for g in gpus if not g.idle)
-        return sum(self.share_fragment(g.cus, g.mem, g.slot)
+        return sum(self.share_fragment(g.cus, g.mem, g.slot, g.mem_mib)
                    for g in gpus) + self.whole_fragment(idle, partial)
 
 
-def after(gpu: GpuFree, cus: float, mem: float, slot: bool) -> GpuFree:
-    """``gpu`` once a consumer of ``cus`` and ``mem`` (fractions) is on
-    it; ``slot``: it still has a free slot then."""
+def after(gpu: GpuFree, cus: float, mem: float, slot: bool,
+          mem_mib: int = 0) -> GpuFree:
+    """``gpu`` once a consumer of ``cus`` and ``mem`` (fractions; and
+    ``mem_mib`` MiB) is on it; ``slot``: it still has a free slot then."""
     return GpuFree(max(0.0, gpu.cus - cus), max(0.0, gpu.mem - mem), slot,
-                   False)
+                   False, max(0, gpu.mem_mib - mem_mib)
+                   if gpu.mem_mib >= 0 else -1)
 
 
 def placement_cost(score: Score, gpus: Sequence[GpuFree],
@@ -222,8 +241,10 @@ def placement_cost(score: Score, gpus: Sequence[GpuFree],
         else:
             partial_after += new.cus
         if new is not gpu:
-            delta += score.share_fragment(new.cus, new.mem, new.slot) - \
-                score.share_fragment(gpu.cus, gpu.mem, gpu.slot)
+            delta += score.share_fragment(new.cus, new.mem, new.slot,
+                                          new.mem_mib) - \
+                score.share_fragment(gpu.cus, gpu.mem, gpu.slot,
+                                     gpu.mem_mib)
     if score.weights.wholes:
         delta += score.whole_fragment(int(idle_after), partial_after) - \
             score.whole_fragment(int(idle), partial)
@@ -231,7 +252,8 @@ def placement_cost(score: Score, gpus: Sequence[GpuFree],
 
 
 def share_cost(score: Score, gpu: GpuFree, cus: float, mem: float,
-               slot_after: bool, idle: int, partial: float) -> float:
+               slot_after: bool, idle: int, partial: float,
+               mem_mib: int = 0) -> float:
     """:func:`placement_cost` of one consumer of ``cus`` and ``mem``
     (fractions) on ``gpu``, given the node's ``idle`` GPUs and the free
     CUs (in GPUs) ``partial`` of its GPUs that are not idle, this one
@@ -239,11 +261,13 @@ def share_cost(score: Score, gpu: GpuFree, cus: float, mem: float,
     planner: O(shapes), memoised).
 
     :param slot_after: the GPU still has a free slot afterwards.
+    :param mem_mib: the consumer's MiB (when ``gpu`` knows its own).
     """
     new_cus = max(0.0, gpu.cus - cus)
+    left = max(0, gpu.mem_mib - mem_mib) if gpu.mem_mib >= 0 else -1
     delta = score.share_fragment(new_cus, max(0.0, gpu.mem - mem),
-                                 slot_after) - \
-        score.share_fragment(gpu.cus, gpu.mem, gpu.slot)
+                                 slot_after, left) - \
+        score.share_fragment(gpu.cus, gpu.mem, gpu.slot, gpu.mem_mib)
     if score.weights.wholes:
         if gpu.idle:
             delta += score.whole_fragment(idle - 1, partial + new_cus) - \

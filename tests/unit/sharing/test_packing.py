@@ -33,7 +33,7 @@ class ShapeTest(testtools.TestCase):
     def test_weights_sum_to_one(self) -> None:
         weights = packing.Weights.of(packing.parse_prior(
             packing.DEFAULT_PRIOR))
-        total = sum(w for _c, _m, w in weights.shares) + \
+        total = sum(w for _c, _m, _b, w in weights.shares) + \
             sum(w for _k, w in weights.wholes)
         self.assertAlmostEqual(1.0, total)
         self.assertEqual(packing.Weights((), ()), packing.Weights.of([]))
@@ -104,7 +104,7 @@ class MixTest(testtools.TestCase):
             mix.record([half])
         weights = mix.score.weights
         # the window keeps 4 requests; the prior weighs one
-        self.assertEqual(((0.5, 0.5, 0.8),), weights.shares)
+        self.assertEqual(((0.5, 0.5, 0, 0.8),), weights.shares)
         self.assertEqual(((8, 0.2),), weights.wholes)
 
     def test_score_is_kept_between_refreshes(self) -> None:
