@@ -475,14 +475,19 @@ class Service:
         import datetime
 
         from amdgpu_virt.sharing import allocator
+        from amdgpu_virt.sharing import packing
 
         group = conf.scheduler
         if core_api is None:
             from amdgpu_virt.k8s import client as k8s_client
             core_api = k8s_client.core_api(conf)
+        mix = packing.Mix(packing.parse_prior(group.packing_prior),
+                          group.packing_window,
+                          group.packing_prior_weight) \
+            if group.packing else None
         self.cache = schedcache.ClusterCache(
             allocator.load_strategy(conf.sharing.cu_strategy),
-            conf.kubernetes.resource_name)
+            conf.kubernetes.resource_name, mix, group.packing_candidates)
         locker = nodelock.NodeLocker(
             core_api, timeout=datetime.timedelta(
                 seconds=group.node_lock_timeout),
