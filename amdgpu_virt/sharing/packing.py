@@ -278,6 +278,57 @@ def share_cost(score: Score, gpu: GpuFree, cus: float, mem: float,
     return delta
 
 
+@dataclasses.dataclass(frozen=True)
+class Option:
+    """One way to place a share: a host's shareable GPUs (or compute
+    partitions) as they are, and which of them takes it.
+
+    :ivar gpus: what is free on each, see :class:`GpuFree`.
+    :ivar index: the one that takes the share.
+    :ivar cus: the share's CUs, as a fraction of that GPU's.
+    :ivar mem: its memory, as a fraction of that GPU's.
+    :ivar slot_after: that GPU still takes another consumer afterwards.
+    :ivar mem_mib: its memory in MiB (0: by fraction only).
+    """
+
+    gpus: tuple[GpuFree, ...]
+    index: int
+    cus: float
+    mem: float
+    slot_after: bool = True
+    mem_mib: int = 0
+
+
+def best(score: Score, options: Iterable[Option]) -> int | None:
+    """The position in ``options`` of the placement that grows expected
+    fragmentation least (ties: the fewest free CUs left on that GPU, then
+    the first), or None when there is none.
+
+    The fleet planner's entry point for ``k8s-shared`` GPUs: it lists the
+    pools that fit a CU slice, and this picks among them.
+    """
+    chosen = None
+    best_key = None
+    for position, option in enumerate(options):
+        gpu = option.gpus[option.index]
+        idle = sum(1 for g in option.gpus if g.idle)
+        partial = sum(g.cus for g in option.gpus if not g.idle)
+        key = (round(share_cost(score, gpu, option.cus, option.mem,
+                                option.slot_after, idle, partial,
+                                option.mem_mib), 9),
+               gpu.cus - option.cus)
+        if best_key is None or key < best_key:
+            chosen, best_key = position, key
+    return chosen
+
+
+def score_of(shapes: Iterable[tuple[Shape, float]] = ()) -> Score:
+    """A score for a known mix (a planner knows the workloads it plans:
+    one shape per workload, weight 1), or the default prior."""
+    shapes = list(shapes)
+    return Score(Weights.of(shapes or parse_prior(DEFAULT_PRIOR)))
+
+
 class Mix:
     """The recent request mix, over a prior.
 

@@ -115,3 +115,24 @@ class MixTest(testtools.TestCase):
         mix.record([])
         mix.record([])
         self.assertIsNot(first, mix.score)
+
+
+class PlannerEntryTest(testtools.TestCase):
+
+    def test_best_fills_a_fragment_and_spares_big_hosts(self) -> None:
+        score = packing.score_of([(packing.Shape.share(0.25, 0.25), 4.0),
+                                  (packing.Shape.whole_gpus(8), 1.0)])
+        big = tuple(gpu() for _ in range(8))
+        small = (gpu(),)
+        used = (gpu(0.25, 0.25, idle=False), gpu())
+        options = [packing.Option(big, 0, 0.25, 0.25),
+                   packing.Option(small, 0, 0.25, 0.25),
+                   packing.Option(used, 1, 0.25, 0.25),
+                   packing.Option(used, 0, 0.25, 0.25)]
+        # the partly used GPU, exactly filled
+        self.assertEqual(3, packing.best(score, options))
+        # without it: the one-GPU host rather than breaking the 8-GPU one
+        self.assertEqual(1, packing.best(score, options[:2]))
+        self.assertIsNone(packing.best(score, []))
+        self.assertEqual(packing.parse_prior(packing.DEFAULT_PRIOR)[0][0].cus,
+                         packing.score_of().weights.shares[0][0])
