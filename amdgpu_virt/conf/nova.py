@@ -184,7 +184,7 @@ YAML file defining the flavors ``nova flavors`` creates or updates. Format::
         count: 1
         numa_policy: preferred   # optional
         isolate: false           # optional: group_policy=isolate
-        gpus: 8                  # optional: count spread over GPUs 0..7
+        # gpus: 8                # optional: count spread over GPUs 0..7
         extra_specs: {}          # optional
 
 ``disk_gb`` must be above 0 (Nova's default policy
