@@ -152,7 +152,8 @@ providers and never answer. The per-GPU aliases only tell GPUs apart with
 Possible values:
 
 * True: per-GPU traits and aliases (default)
-* False: no per-GPU trait; flavors with ``gpus`` are refused
+* False: no per-GPU trait or alias; ``nova flavors`` refuses flavors
+  with ``gpus``
 
 Related options:
 
