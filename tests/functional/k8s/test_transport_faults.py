@@ -121,7 +121,9 @@ class WatcherSurvivesTest(testtools.TestCase):
     def test_watch_reset_and_truncated_list_are_retried(self) -> None:
         kube = self.useFixture(kubeclient.ApiServerFixture())
         fx = self.useFixture(faultproxy.FaultProxyFixture(kube))
-        fx.proxy.add_rule(Rule(Fault.TRUNCATE, 'GET', r'/nodes\?limit='))
+        # the list (paged, so with a query), not the watch that follows
+        fx.proxy.add_rule(Rule(Fault.TRUNCATE, 'GET',
+                               r'/nodes(\?(?!.*watch=true).*)?$'))
         fx.proxy.add_rule(Rule(Fault.RESET, 'GET', 'watch=true', times=2))
         cache = schedcache.ClusterCache(allocator.load_strategy('first-fit'),
                                         'amd.com/gpu')
