@@ -308,6 +308,9 @@ class NodeView:
     frees: tuple[packing.GpuFree, ...] = ()
     idle_gpus: int = 0
     partial_free: float = 0.0
+    #: what a placement depends on, per healthy GPU: equal signatures
+    #: take the same placements at the same cost
+    signature: tuple[tuple[int, ...], ...] = ()
 
 
 def usable_device(device: hami.DeviceInfo) -> str | None:
@@ -427,7 +430,10 @@ def build_view(name: str, devices: Sequence[hami.DeviceInfo],
         rank_binpack=(-usage, name), rank_spread=(usage, name),
         healthy=healthy, frees=frees,
         idle_gpus=sum(1 for f in frees if f.idle),
-        partial_free=sum(f.cus for f in frees if not f.idle))
+        partial_free=sum(f.cus for f in frees if not f.idle),
+        signature=tuple((s.usable_cores, s.free_mem, s.used_slots,
+                         s.info.count, s.info.devcore, s.info.devmem,
+                         s.unit, int(s.idle)) for s in healthy))
 
 
 # --- the decision ------------------------------------------------------------
