@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from sortedcontainers import SortedList
+
 from amdgpu_virt import catalog
 from amdgpu_virt.model import Driver
 from amdgpu_virt.model import Gpu
@@ -275,3 +277,52 @@ class BucketIndex:
 
     def __len__(self) -> int:
         return len(self.where)
+
+
+class PoolIndex:
+    """Shareable devices ordered by balanced free capacity, then free
+    memory, then the least recently changed.
+
+    The balanced value of a device is the smaller of its free CUs and its
+    free memory counted in CUs (rounded up); a request of ``cus`` CUs and
+    ``mib`` MiB whose balanced size is ``need`` fits every device of a
+    larger value, and those of value ``need`` with at least ``mib`` free,
+    so :meth:`fitting` skips every device that cannot take it without
+    looking at it (a scan from ``need`` of devices a few MiB short would
+    otherwise grow with the fleet).
+    """
+
+    def __init__(self) -> None:
+        self._items: SortedList = SortedList()
+        self._where: dict[Pool, tuple[int, int, int]] = {}
+        self._seq = 0
+        #: the largest balanced value indexed
+        self.top = 0
+
+    def put(self, pool: Pool, value: int) -> None:
+        """Index ``pool`` at balanced ``value`` (0: not at all)."""
+        old = self._where.pop(pool, None)
+        if old is not None:
+            self._items.remove((old, pool))
+        if value > 0:
+            self._seq += 1
+            key = (value, pool.mem_free, self._seq)
+            self._where[pool] = key
+            self._items.add((key, pool))
+            self.top = max(self.top, value)
+
+    def fitting(self, need: int, mib: int) -> Iterator[Pool]:
+        """Devices of balanced value >= ``need`` with >= ``mib`` MiB free
+        at value ``need``: best fit first."""
+        start = self._items.bisect_left(((need, mib, 0),))
+        for _key, pool in self._items.islice(start):
+            yield pool
+
+    def largest(self) -> int:
+        """The largest balanced value now indexed (0 when empty)."""
+        if not self._items:
+            return 0
+        return int(self._items[-1][0][0])
+
+    def __len__(self) -> int:
+        return len(self._where)
