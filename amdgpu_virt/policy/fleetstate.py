@@ -229,7 +229,20 @@ class FleetState:
             self.assign(gs, item.role, unverified, item.vf_count)
 
     def claim(self, decision: Decision) -> None:
-        where = 'placements: %s' % decision.workload
+        """Hold what a running placement holds; it stays (incremental
+        mode).
+
+        :raises PlanError: naming the placement that does not match.
+        """
+        self.hold(decision, 'placements: %s' % decision.workload)
+        self.existing.append(dataclasses.replace(decision, existing=True,
+                                                 code=Code.PLACED))
+
+    def hold(self, decision: Decision, where: str) -> None:
+        """Take exactly the grants of ``decision`` (GPUs in their roles).
+
+        :raises PlanError: a grant does not match the fleet or is taken.
+        """
         if decision.kind is None or decision.host is None:
             raise exception.PlanError(source=where,
                                       reason='kind and host are required')
@@ -279,8 +292,100 @@ class FleetState:
                 pool.mem_free -= grant.memory_mib
                 gs.slices += 1
                 self.cu_update(pool)
-        self.existing.append(dataclasses.replace(decision, existing=True,
-                                                 code=Code.PLACED))
+
+    def release(self, decision: Decision) -> list[tuple[st.GpuState,
+                                                         Role, Any]]:
+        """Give back what the (new, placed) ``decision`` holds.
+
+        A GPU it leaves empty whose role the planner gave (not the
+        ledger's) is unassigned again, so it may take another role.
+
+        :returns: (GPU, role, VF count or compute mode) of each GPU
+            unassigned, for :meth:`restore`.
+        """
+        emptied: list[tuple[st.GpuState, Role, Any]] = []
+        seen: set[int] = set()
+        for grant in decision.grants:
+            gs = self.gpu_at(decision.host or '', grant.address, 'release')
+            if decision.kind is Kind.DEDICATED:
+                gs.owner = None
+                if gs.fixed and gs.role is not None:
+                    self.ready.setdefault((gs.model.name, gs.role), {}
+                                          ).setdefault(gs.host.name,
+                                                       []).append(gs)
+            elif decision.kind is Kind.VF:
+                del gs.vf_owners[grant.vf_index]  # type: ignore[arg-type]
+                gs.vf_free.append(grant.vf_index)  # type: ignore[arg-type]
+                gs.vf_free.sort()
+                self.vf_update(gs)
+            else:
+                pool = next(p for p in gs.pools
+                            if p.partition == grant.partition)
+                pool.alloc.release(decision.workload)
+                pool.mem_free += grant.memory_mib
+                gs.slices -= 1
+                self.cu_update(pool)
+            if id(gs) in seen:
+                continue
+            seen.add(id(gs))
+            if not gs.fixed and gs.role is not None and not (
+                    gs.owner or gs.vf_owners or gs.slices):
+                role = gs.role
+                extra = gs.vf_count if role is Role.NOVA_VF else \
+                    gs.compute_mode
+                self.unassign(gs)
+                emptied.append((gs, role, extra))
+        return emptied
+
+    def restore(self, decision: Decision,
+                emptied: Sequence[tuple[st.GpuState, Role, Any]]) -> None:
+        """Undo :meth:`release`: the same roles, then the same grants."""
+        for gs, role, extra in emptied:
+            if gs.role is not None:
+                continue   # taken meanwhile: hold() says if it differs
+            _ok, unverified = self.role_ok(gs, role)
+            if role is Role.NOVA_VF:
+                self.assign(gs, role, unverified, extra)
+            else:
+                self.assign(gs, role, unverified, share_mode=extra)
+        self.hold(decision, 'restore')
+
+    def unassign(self, gs: st.GpuState) -> None:
+        """Take the (planner-given) role of the empty ``gs`` back."""
+        role = gs.role
+        model = gs.model.name
+        host = gs.host
+        gs.role = None
+        if role is Role.NOVA_VF:
+            self.vf_index[(model, gs.vf_count or 0)].put(gs, 0)
+            count = gs.vf_count
+            total = sum(len(g.vf_free) for g in host.gpus
+                        if g.role is Role.NOVA_VF and g.vf_count == count)
+            self.vf_hosts[(model, count or 0)].put(host.name, total)
+        elif role is Role.K8S_SHARED:
+            index = self.cu_index[model]
+            for pool in gs.pools:
+                index.put(pool, 0)
+            gs.pools = []
+            shared = self.shared_hosts.get(model, {})
+            on_host = shared.get(host.name, [])
+            if gs in on_host:
+                on_host.remove(gs)
+                if not on_host:
+                    del shared[host.name]
+        gs.vf_count = None
+        gs.vf_free = []
+        gs.vf_owners = {}
+        gs.unverified = False
+        gs.compute_mode = gs.gpu.compute_partition
+        gs.memory_mode = gs.gpu.memory_partition
+        families = set(host.native_families)
+        families.update(st.ROLE_FAMILY[g.role] for g in host.gpus
+                        if g.role in st.ROLE_FAMILY)
+        if families != host.families:
+            host.families = families
+            self.free.rekey(host)
+        self.free.add(gs)
 
     def unready(self, gs: st.GpuState) -> None:
         hosts = self.ready.get((gs.model.name, gs.role))  # type: ignore

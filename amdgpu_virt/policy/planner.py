@@ -40,6 +40,7 @@ from amdgpu_virt.policy import base
 from amdgpu_virt.policy import bound as av_bound
 from amdgpu_virt.policy import engine as av_engine
 from amdgpu_virt.policy import explain
+from amdgpu_virt.policy import improve
 from amdgpu_virt.policy import report
 from amdgpu_virt.policy import state as st
 from amdgpu_virt.policy.decision import Code
@@ -93,6 +94,9 @@ class Planner(FleetState):
                  engine: av_engine.Engine | None = None) -> None:
         super().__init__(conf, hosts, ledger, existing, engine)
         self.shape = explain.fleet_shape(self)
+        self.checks_gpus = self.engine.checks_gpus
+        #: short reasons per (shape, kind, unit, unverified)
+        self._reasons: dict[Any, str] = {}
 
     # -- candidates -------------------------------------------------------
 
@@ -102,7 +106,7 @@ class Planner(FleetState):
                                             ] | None:
         """``n`` GPUs of one host for ``role``, NUMA-local if possible."""
         eligible = []
-        unverified = False
+        checks = self.checks_gpus
         for gs in gpus:
             if gs.role is None:
                 ok, unv = self.role_ok(gs, role)
@@ -110,12 +114,14 @@ class Planner(FleetState):
                     continue
             else:
                 unv = gs.unverified
-            if self.engine.checks_gpus and self.engine.gpu_refusal(
+            if checks and self.engine.gpu_refusal(
                     w, kind, gs.gpu) is not None:
                 continue
             if extra is not None and not extra(gs):
                 continue
             eligible.append((gs, unv))
+            if n == 1:
+                break  # the first will do: NUMA matters from two GPUs on
         if len(eligible) < n:
             return None
         if n > 1:
@@ -233,7 +239,7 @@ class Planner(FleetState):
                     n: int) -> tuple[st.GpuState, ...] | None:
         picked: list[st.GpuState] = []
         for gs in gpus:
-            if self.engine.checks_gpus and self.engine.gpu_refusal(
+            if self.checks_gpus and self.engine.gpu_refusal(
                     w, Kind.VF, gs.gpu) is not None:
                 continue
             take = min(len(gs.vf_free), n - len(picked))
@@ -428,8 +434,7 @@ class Planner(FleetState):
         while choices:
             ranked = self.engine.rank(w, [c.view for c in choices])
             best = ranked[0]
-            choice = choices[[c.view for c in choices].index(
-                best.candidate)]
+            choice = next(c for c in choices if c.view is best.candidate)
             free = explain.free_text(w, choice)
             grants = self._commit(w, choice)
             for scored in ranked:
@@ -455,7 +460,7 @@ class Planner(FleetState):
                                  'placed ' + reason,
                                  choice.view.model.name))
             return Decision(w.name, Code.PLACED,
-                            explain.short(w, choice, judgement),
+                            self._short(w, choice, judgement),
                             choice.kind, choice.host.name, grants,
                             tuple(trail), best.score, choice.unverified)
         never = explain.never_reasons(self, self.shape, w,
@@ -472,6 +477,16 @@ class Planner(FleetState):
             'now: %s' % ('/'.join(k.value for k in judgement.kinds()),
                          capacity[0].message), trail=tuple(trail))
 
+
+    def _short(self, w: Workload, choice: Choice,
+               judgement: av_engine.Judgement) -> str:
+        view = choice.view
+        key = (w.shape(), choice.kind, view.unit_cus, view.unit_mib,
+               choice.unverified)
+        text = self._reasons.get(key)
+        if text is None:
+            text = self._reasons[key] = explain.short(w, choice, judgement)
+        return text
 
     def plan(self, workloads: Sequence[Workload],
              invalid: Sequence[tuple[str, exception.WorkloadSpecError]] = ()
@@ -490,8 +505,14 @@ class Planner(FleetState):
                     'or already running' % w.name)
             names.add(w.name)
         decided: dict[str, Decision] = {}
-        for w in self.order(workloads):
+        ordered = self.order(workloads)
+        for w in ordered:
             decided[w.name] = self.place(w)
+        seconds = float(self.conf.policy.improve_seconds)
+        if seconds > 0:
+            moves = improve.improve(self, decided, ordered, seconds,
+                                    int(self.conf.policy.improve_tries))
+            LOG.debug('improvement pass: %d moves', moves)
         decisions = tuple(self.existing) + tuple(
             decided[w.name] for w in workloads) + tuple(
             Decision(name, Code.INVALID, str(err), trail=tuple(

@@ -156,7 +156,8 @@ class GpuState:
 class HostState:
     """One host: its GPUs and the driver families it runs."""
 
-    __slots__ = ('name', 'inventory', 'gpus', 'families')
+    __slots__ = ('name', 'inventory', 'gpus', 'families',
+                 'native_families')
 
     def __init__(self, inventory: HostInventory) -> None:
         self.name = inventory.hostname
@@ -169,6 +170,8 @@ class HostState:
                 self.families.add(family)
         if inventory.gim_version:
             self.families.add(GIM)
+        #: the families of the drivers the inventory found
+        self.native_families = frozenset(self.families)
 
     @property
     def family_key(self) -> str:
@@ -189,6 +192,8 @@ class FreeIndex:
         self.keys: dict[str, str] = {}
         self.max_count = 0
         self.counts: dict[str, int] = {}
+        #: models with a free list, per host (so a rekey is per host)
+        self.models: dict[str, dict[str, None]] = {}
 
     def _bucket(self, model: str, key: str, count: int) -> dict[str, None]:
         return self.buckets.setdefault((model, key), {}).setdefault(count,
@@ -199,6 +204,7 @@ class FreeIndex:
         key = self.keys.setdefault(host.name, host.family_key)
         self.hosts[host.name] = host
         lst = self.free.setdefault((host.name, gpu.model.name), [])
+        self.models.setdefault(host.name, {})[gpu.model.name] = None
         if lst:
             self._bucket(gpu.model.name, key, len(lst)).pop(host.name, None)
         lst.append(gpu)
@@ -224,8 +230,10 @@ class FreeIndex:
         if old is None or old == new:
             return
         self.keys[host.name] = new
-        for (name, model), lst in self.free.items():
-            if name == host.name and lst:
+        name = host.name
+        for model in self.models.get(name, ()):
+            lst = self.free[(name, model)]
+            if lst:
                 self._bucket(model, old, len(lst)).pop(name, None)
                 self._bucket(model, new, len(lst))[name] = None
 
@@ -300,9 +308,13 @@ class PoolIndex:
         self.top = 0
 
     def put(self, pool: Pool, value: int) -> None:
-        """Index ``pool`` at balanced ``value`` (0: not at all)."""
-        old = self._where.pop(pool, None)
+        """Index ``pool`` at balanced ``value`` (0: not at all); a device
+        whose value and free memory are unchanged keeps its place."""
+        old = self._where.get(pool)
+        if old is not None and old[0] == value and old[1] == pool.mem_free:
+            return
         if old is not None:
+            del self._where[pool]
             self._items.remove((old, pool))
         if value > 0:
             self._seq += 1
