@@ -24,7 +24,7 @@ import dataclasses
 import itertools
 import logging
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from oslo_config import cfg
@@ -59,6 +59,8 @@ _REFERENCE_MODEL = catalog.by_name('MI300X')
 #: shared hosts examined per multi-GPU CU request (round robin), which
 #: bounds the work per request on large fleets
 MULTI_GPU_SCAN = 32
+#: shared devices scored per single-GPU CU request when a score is set
+SCORE_WINDOW = 8
 
 
 @dataclasses.dataclass
@@ -95,6 +97,10 @@ class Planner(FleetState):
         super().__init__(conf, hosts, ledger, existing, engine)
         self.shape = explain.fleet_shape(self)
         self.checks_gpus = self.engine.checks_gpus
+        #: scores a shared device for a CU slice (higher is better); None:
+        #: best fit. The fragmentation-aware score of k8s-shared GPUs
+        #: plugs in here.
+        self.pool_score: Callable[[Workload, st.Pool], float] | None = None
         #: short reasons per (shape, kind, unit, unverified)
         self._reasons: dict[Any, str] = {}
 
@@ -235,6 +241,26 @@ class Planner(FleetState):
                 count))
         return result
 
+    def _pick_pool(self, w: Workload,
+                   fitting: Iterator[tuple[st.Pool, Any]]
+                   ) -> tuple[st.Pool, Any] | None:
+        """The shared device a CU slice of ``w`` goes to, among those
+        that fit it, best fit first (least balanced room, then least
+        memory).
+
+        With a :attr:`pool_score` the first :data:`SCORE_WINDOW` are
+        scored and the best score wins (ties: the earlier); without, the
+        best fit.
+        """
+        score = self.pool_score
+        if score is None:
+            return next(fitting, None)
+        window = list(itertools.islice(fitting, SCORE_WINDOW))
+        if not window:
+            return None
+        return max(enumerate(window),
+                   key=lambda item: (score(w, item[1][0]), -item[0]))[1]
+
     def _spread_vfs(self, w: Workload, gpus: Sequence[st.GpuState],
                     n: int) -> tuple[st.GpuState, ...] | None:
         picked: list[st.GpuState] = []
@@ -293,18 +319,20 @@ class Planner(FleetState):
             index = self.cu_index.get(model.name)
             need = max(cus, -(-mib * (model.compute_units or 1)
                               // (model.vram_mib or 1)))
-            for pool in index.fitting(need, mib) if index else ():
-                if not pool.fits(cus, mib):
-                    continue
-                found = self._select(w, Kind.CU, Role.K8S_SHARED,
-                                     [pool.gpu], 1)
-                if found is not None:
-                    gs = pool.gpu
-                    result.append(Choice(
-                        Kind.CU, Role.K8S_SHARED, gs.host, (gs,), (pool,),
-                        (), found[1], self._view(Kind.CU, model, gs.host,
-                                                 (gs,), unit, 1, found[1])))
-                    break
+            picked = self._pick_pool(w, (
+                (pool, found) for pool in (
+                    index.fitting(need, mib) if index else ())
+                if pool.fits(cus, mib)
+                for found in [self._select(w, Kind.CU, Role.K8S_SHARED,
+                                           [pool.gpu], 1)]
+                if found is not None))
+            if picked is not None:
+                pool, found = picked
+                gs = pool.gpu
+                result.append(Choice(
+                    Kind.CU, Role.K8S_SHARED, gs.host, (gs,), (pool,),
+                    (), found[1], self._view(Kind.CU, model, gs.host,
+                                             (gs,), unit, 1, found[1])))
         else:
             hosts = self.shared_hosts.get(model.name, {})
             for hostname in list(itertools.islice(hosts, MULTI_GPU_SCAN)):
