@@ -44,6 +44,8 @@ if TYPE_CHECKING:
 LOG = logging.getLogger(__name__)
 #: placements released on one host for one workload, at most
 MAX_VICTIMS = 16
+#: GPUs looked at per GPU tried (most hold nothing the workload can use)
+SCAN_PER_TRY = 16
 KIND_ROLES = {Kind.DEDICATED: (Role.NOVA_DEDICATED, Role.K8S_DEDICATED),
               Kind.VF: (Role.NOVA_VF,), Kind.CU: (Role.K8S_SHARED,)}
 
@@ -66,6 +68,9 @@ def improve(planner: Planner, decided: MutableMapping[str, Decision],
     for w in ordered:
         _index(holders, decided[w.name], w.name)
     gpu_of = {(g.host.name, g.address): g for g in planner.gpus}
+    keys = list(holders)
+    known = set(keys)
+    cursor = 0
     moves = 0
     for w in ordered:
         if clock() > deadline:
@@ -78,21 +83,28 @@ def improve(planner: Planner, decided: MutableMapping[str, Decision],
         roles = {(o.model.name, r) for o in judgement.allowed
                  for r in KIND_ROLES[o.kind]}
         tried = 0
-        for where, names in list(holders.items()):
-            if tried >= tries or clock() > deadline:
+        # each workload goes on where the last one stopped, so that the
+        # tries spread over the fleet; a bounded look per workload
+        for _step in range(min(len(keys), SCAN_PER_TRY * tries)):
+            if tried >= tries:
                 break
-            if (where[1] == '') != (w.gpus > 1):
+            where = keys[cursor % len(keys)]
+            cursor += 1
+            names = holders.get(where)
+            if not names or (where[1] == '') != (w.gpus > 1):
                 continue
             if w.gpus == 1 and not _may_serve(planner, gpu_of[where],
                                               roles):
                 continue
             victims = sorted((by_name[v].priority, v) for v in names)
-            if not victims:
-                continue
             tried += 1
             if _move(planner, decided, w, where[0], victims, by_name,
                      holders):
                 moves += 1
+                keys.extend(k for k in holders if k not in known)
+                known.update(holders)
+                break
+            if clock() > deadline:
                 break
     return moves
 
