@@ -6,9 +6,12 @@ fragmented for it; smaller, lower-priority workloads may then fill those
 fragments. A move makes room for such a workload ``U`` on one GPU (one
 host, when ``U`` needs several GPUs) by moving what is there elsewhere:
 
-1. on a GPU that could serve ``U``, release its placements one at a
-   time, lowest priority first (at most :data:`MAX_VICTIMS`); a GPU left
-   empty loses the role the plan gave it, so it may take another;
+1. on a GPU that could serve ``U`` (for a CU slice: a shared device
+   whose free room plus that of its lower-priority slices holds ``U``),
+   release its placements one at a time, lowest priority first (at most
+   :data:`MAX_VICTIMS`; for a CU slice only the lower-priority slices of
+   that device); a GPU left empty loses the
+   role the plan gave it, so it may take another;
 2. after each release, place ``U`` (the same candidates, filters and
    weighers as the greedy pass); when it fits, place the released ones
    again wherever they fit, highest priority first;
@@ -27,7 +30,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, MutableMapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, MutableMapping
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from amdgpu_virt.model import Kind
@@ -93,10 +97,20 @@ def improve(planner: Planner, decided: MutableMapping[str, Decision],
             names = holders.get(where)
             if not names or (where[1] == '') != (w.gpus > 1):
                 continue
-            if w.gpus == 1 and not _may_serve(planner, gpu_of[where],
-                                              roles):
-                continue
-            victims = sorted((by_name[v].priority, v) for v in names)
+            if w.gpus == 1:
+                gs = gpu_of[where]
+                if gs.role is Role.K8S_SHARED and \
+                        (gs.model.name, Role.K8S_SHARED) in roles:
+                    victims = _slice_victims(planner, decided, by_name, w,
+                                             gs, names)
+                    if victims is None:
+                        continue
+                elif _may_serve(planner, gs, roles):
+                    victims = _by_priority(by_name, names)
+                else:
+                    continue
+            else:
+                victims = _by_priority(by_name, names)
             tried += 1
             if _move(planner, decided, w, where[0], victims, by_name,
                      holders):
@@ -107,6 +121,41 @@ def improve(planner: Planner, decided: MutableMapping[str, Decision],
             if clock() > deadline:
                 break
     return moves
+
+
+def _by_priority(by_name: Mapping[str, Workload],
+                 names: Iterable[str]) -> list[tuple[int, str]]:
+    """The placements of ``names``, lowest priority first: a move may
+    relocate one of higher priority than the workload it makes room for,
+    when it finds room elsewhere."""
+    return sorted((by_name[n].priority, n) for n in names)
+
+
+def _slice_victims(planner: Planner, decided: Mapping[str, Decision],
+                   by_name: Mapping[str, Workload], w: Workload,
+                   gs: st.GpuState, names: Iterable[str]
+                   ) -> list[tuple[int, str]] | None:
+    """The lower-priority slices of one shared device of ``gs`` whose
+    room, with what is free there, holds a slice of ``w`` (lowest
+    priority first); None when no device of ``gs`` has enough."""
+    cus = w.cus_on(gs.model)
+    mib = w.memory_on(gs.model)
+    for pool in gs.pools:
+        free_cus = pool.alloc.free_count
+        free_mib = pool.mem_free
+        victims = []
+        for name in names:
+            if by_name[name].priority >= w.priority:
+                continue
+            for grant in decided[name].grants:
+                if grant.address == gs.address and \
+                        grant.partition == pool.partition:
+                    free_cus += len(grant.cus or ())
+                    free_mib += grant.memory_mib
+                    victims.append((by_name[name].priority, name))
+        if victims and free_cus >= cus and free_mib >= mib:
+            return sorted(victims)
+    return None
 
 
 def _may_serve(planner: Planner, gs: st.GpuState,
