@@ -80,15 +80,8 @@ class Choice:
 
 
 class Planner(FleetState):
-    """Plans a fleet; one instance per plan.
-
-    :param conf: configuration (``[policy]``, ``[sharing]``).
-    :param hosts: host inventories.
-    :param ledger: roles already decided (incremental mode); they stay.
-    :param existing: running placements (incremental mode); they stay.
-    :raises PlanError: the ledger or a placement does not match the fleet.
-    :raises DriverNotFound: a configured plugin is unknown.
-    """
+    """Plans a fleet; one instance per plan (the parameters and errors
+    are those of :class:`~.fleetstate.FleetState`)."""
 
     def __init__(self, conf: cfg.ConfigOpts, hosts: Sequence[HostInventory],
                  ledger: av_ledger.Ledger | None = None,
