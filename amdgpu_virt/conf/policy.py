@@ -192,6 +192,22 @@ Related options:
 
 * role_weight_multiplier
 """),
+    cfg.BoolOpt('packing', default=True,
+                help="""
+Choose among the ``k8s-shared`` devices that fit a CU slice with the
+fragmentation-aware score (the one the scheduler extender uses, see
+``[scheduler] packing``), measured against the mix of the workloads
+planned: the device whose host's expected fragmentation grows least.
+Off: the best fit (the device left with the least room).
+
+Possible values:
+
+* true, false
+
+Related options:
+
+* [scheduler] packing
+"""),
     cfg.FloatOpt('improve_seconds', default=0.0, min=0.0, max=3600.0,
                  help="""
 After the greedy plan, spend at most this many seconds on local moves

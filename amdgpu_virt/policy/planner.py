@@ -24,7 +24,7 @@ import dataclasses
 import itertools
 import logging
 import math
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from oslo_config import cfg
@@ -53,13 +53,14 @@ from amdgpu_virt.policy.result import Bound
 from amdgpu_virt.policy.result import Plan
 from amdgpu_virt.policy.workload import Platform
 from amdgpu_virt.policy.workload import Workload
+from amdgpu_virt.sharing import packing
 
 LOG = logging.getLogger(__name__)
 _REFERENCE_MODEL = catalog.by_name('MI300X')
 #: shared hosts examined per multi-GPU CU request (round robin), which
 #: bounds the work per request on large fleets
 MULTI_GPU_SCAN = 32
-#: shared devices scored per single-GPU CU request when a score is set
+#: shared devices compared per single-GPU CU request with [policy] packing
 SCORE_WINDOW = 8
 
 
@@ -90,10 +91,10 @@ class Planner(FleetState):
         super().__init__(conf, hosts, ledger, existing, engine)
         self.shape = explain.fleet_shape(self)
         self.checks_gpus = self.engine.checks_gpus
-        #: scores a shared device for a CU slice (higher is better); None:
-        #: best fit. The fragmentation-aware score of k8s-shared GPUs
-        #: plugs in here.
-        self.pool_score: Callable[[Workload, st.Pool], float] | None = None
+        #: the fragmentation score of k8s-shared devices ([policy]
+        #: packing), against the mix of the workloads planned; None: best
+        #: fit
+        self.packing: packing.Score | None = None
         #: short reasons per (shape, kind, unit, unverified)
         self._reasons: dict[Any, str] = {}
 
@@ -238,21 +239,41 @@ class Planner(FleetState):
                    fitting: Iterator[tuple[st.Pool, Any]]
                    ) -> tuple[st.Pool, Any] | None:
         """The shared device a CU slice of ``w`` goes to, among those
-        that fit it, best fit first (least balanced room, then least
+        that fit it (best fit first: least balanced room, then least
         memory).
 
-        With a :attr:`pool_score` the first :data:`SCORE_WINDOW` are
-        scored and the best score wins (ties: the earlier); without, the
-        best fit.
+        With ``[policy] packing`` the first :data:`SCORE_WINDOW` are
+        compared by the fragmentation-aware score of
+        :mod:`amdgpu_virt.sharing.packing` against the plan's workload
+        mix (the one that grows the host's expected fragmentation least;
+        ties: the best fit); without it, the best fit.
         """
-        score = self.pool_score
+        score = self.packing
         if score is None:
             return next(fitting, None)
         window = list(itertools.islice(fitting, SCORE_WINDOW))
-        if not window:
-            return None
-        return max(enumerate(window),
-                   key=lambda item: (score(w, item[1][0]), -item[0]))[1]
+        if len(window) <= 1:
+            return window[0] if window else None
+        options = [self._packing_option(w, pool) for pool, _f in window]
+        chosen = packing.best(score, options)
+        return window[chosen or 0]
+
+    def _packing_option(self, w: Workload, pool: st.Pool) -> packing.Option:
+        """``pool`` taking a slice of ``w``, among the shared devices of
+        its host, as the packing score sees them (fractions of a GPU)."""
+        gs = pool.gpu
+        host = self.shared_hosts.get(gs.model.name, {}).get(gs.host.name,
+                                                            [gs])
+        devices = [p for g in host for p in g.pools]
+        frees = tuple(packing.GpuFree(
+            p.alloc.free_count / (p.gpu.cus or 1),
+            p.mem_free / (p.gpu.vram or 1), p.gpu.slices < self.max_slices,
+            p.alloc.used_count == 0 and p.mem_free == p.mem_total,
+            p.mem_free) for p in devices)
+        mib = w.memory_on(gs.model)
+        return packing.Option(
+            frees, devices.index(pool), w.cus_on(gs.model) / (gs.cus or 1),
+            mib / (gs.vram or 1), gs.slices + 1 < self.max_slices, mib)
 
     def _spread_vfs(self, w: Workload, gpus: Sequence[st.GpuState],
                     n: int) -> tuple[st.GpuState, ...] | None:
@@ -525,6 +546,9 @@ class Planner(FleetState):
                     source='workloads', reason='workload %s is listed twice '
                     'or already running' % w.name)
             names.add(w.name)
+        if self.conf.policy.packing:
+            self.packing = packing.score_of(
+                (_shape_of(w), 1.0) for w in workloads)
         decided: dict[str, Decision] = {}
         ordered = self.order(workloads)
         for w in ordered:
@@ -548,6 +572,17 @@ class Planner(FleetState):
     def bound(self, workloads: Sequence[Workload]) -> Bound:
         """Upper bounds by capacity alone (see :mod:`.bound`)."""
         return av_bound.bound(self, self.shape, workloads)
+
+
+def _shape_of(w: Workload) -> packing.Shape:
+    """``w`` as a request shape of the packing mix (on the reference
+    model)."""
+    model = _REFERENCE_MODEL
+    if w.fraction_on(model) >= 1.0 or (w.p2p and w.gpus > 1):
+        return packing.Shape.whole_gpus(w.gpus)
+    mib = w.memory_on(model)
+    return packing.Shape.share(w.cus_on(model) / (model.compute_units or 1),
+                               mib / (model.vram_mib or 1), w.gpus, mib)
 
 
 def plan(conf: cfg.ConfigOpts, hosts: Sequence[HostInventory],
