@@ -225,11 +225,13 @@ class FitNodeTest(testtools.TestCase):
 
     def test_usable_device(self) -> None:
         self.assertIsNone(fit.usable_device(device('g0')))
+        # as in HAMi: a device of hami.io/node-amd-register is an AMD
+        # device whatever its type says
+        self.assertIsNone(fit.usable_device(device('g0', kind='Instinct')))
         for bad, reason in ((device('g,0'), 'id'),
                             (device('g0', devcore=0), 'devcore'),
                             (device('g0', devmem=0), 'devmem'),
                             (device('g0', count=0), 'count'),
-                            (device('g0', kind='NVIDIA'), 'not an AMD'),
                             (device('g0', kind='AMD;x'), 'type'),
                             (device('g0', devcore=95, cuPerWGP=2), 'units')):
             self.assertIn(reason, str(fit.usable_device(bad)))
