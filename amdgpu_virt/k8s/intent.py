@@ -175,10 +175,24 @@ def workload(raw: Mapping[str, Any], name: str, isolated: str | None
     return policy_workload.from_dict(spec, ANNOTATION)
 
 
-def _tightest(trail: Sequence[Verdict]) -> str:
-    """The refusal that holds most widely: a rule's, given once per kind
-    (the rule that refuses every model of a kind before the per-model
-    ones)."""
+def _tightest(trail: Sequence[Verdict], options: Sequence[base.Option]
+              ) -> str:
+    """The tightest refusal: a rule that alone refuses every option (the
+    first such), else the first refusal of each kind (a rule refusing all
+    models of the kind before the per-model ones)."""
+    judged = {(o.kind, o.model.name) for o in options}
+    by_rule: dict[str, set[tuple[Kind | None, str]]] = {}
+    first: dict[str, Verdict] = {}
+    for verdict in trail:
+        if verdict.passed:
+            continue
+        covered = {(k, m) for k, m in judged if k is verdict.kind and
+                   (verdict.model is None or verdict.model == m)}
+        by_rule.setdefault(verdict.rule, set()).update(covered)
+        first.setdefault(verdict.rule, verdict)
+    for rule, covered in by_rule.items():
+        if covered == judged:
+            return '[%s] %s' % (rule, first[rule].message)
     refusals: dict[Kind | None, list[Verdict]] = {}
     for verdict in trail:
         if not verdict.passed:
@@ -211,7 +225,7 @@ def decide(w: Workload, models: Sequence[GpuModel],
     fitting = {m.name for ms in allowed.values() for m in ms}
     if not fitting:
         return IntentDecision(Code.NEVER, 'fits no GPU of the cluster: %s'
-                              % _tightest(trail), trail=trail)
+                              % _tightest(trail, options), trail=trail)
     slice_models = allowed[Kind.CU]
     everywhere = {m.name for m in slice_models} == fitting
     use_types = () if fitting == {m.name for m in models} else \

@@ -20,10 +20,13 @@ from kubernetes import client
 
 from amdgpu_virt import conf as conf_pkg
 from amdgpu_virt.inventory import simulate
+from amdgpu_virt.k8s import admission
 from amdgpu_virt.k8s import agent
 from amdgpu_virt.k8s import devices
 from amdgpu_virt.k8s import extender
 from amdgpu_virt.k8s import webhook
+from amdgpu_virt.k8s import webhookapi
+from amdgpu_virt.policy import engine as policy_engine
 from amdgpu_virt.model import HostInventory
 from tests.functional.fixtures import kubeclient
 
@@ -133,7 +136,11 @@ class Cluster(fixtures.Fixture):
             time.sleep(0.02)
         self.webhook = webhook.make_server(
             webhook.WebhookPolicy(),
-            namespace_labels=webhook.NamespaceLabelCache(self.api))
+            namespace_labels=webhook.NamespaceLabelCache(self.api),
+            intent=admission.IntentPolicy(
+                policy_engine.Engine(conf),
+                webhookapi.ClusterModels(self.api)),
+            events=webhookapi.EventRecorder(self.api))
         thread = threading.Thread(target=self.webhook.serve_forever,
                                   daemon=True)
         thread.start()
