@@ -180,7 +180,8 @@ def _tightest(trail: Sequence[Verdict], options: Sequence[base.Option]
     """The tightest refusal: a rule that alone refuses every option (the
     first such), else the first refusal of each kind (a rule refusing all
     models of the kind before the per-model ones)."""
-    judged = {(o.kind, o.model.name) for o in options}
+    judged: set[tuple[Kind | None, str]] = {(o.kind, o.model.name)
+                                            for o in options}
     by_rule: dict[str, set[tuple[Kind | None, str]]] = {}
     first: dict[str, Verdict] = {}
     for verdict in trail:
@@ -200,9 +201,8 @@ def _tightest(trail: Sequence[Verdict], options: Sequence[base.Option]
     parts = []
     for kind, verdicts in refusals.items():
         verdicts.sort(key=lambda v: v.model is not None)
-        first = verdicts[0]
         parts.append('%s: [%s] %s' % (kind.value if kind else '-',
-                                      first.rule, first.message))
+                                      verdicts[0].rule, verdicts[0].message))
     return '; '.join(parts)
 
 
