@@ -51,13 +51,16 @@ class DecideTest(testtools.TestCase):
             # all memory of the GPU is the whole GPU
             ('compute: 76', None, Kind.DEDICATED, {'amd.com/gpu': '1'},
              'dedicated_threshold'),
-            ('compute: 10%, memory: 8GiB, sensitivity: high', None, Kind.DEDICATED,
+            ('compute: 10%, memory: 8GiB, sensitivity: high',
+             None, Kind.DEDICATED,
              {'amd.com/gpu': '1'}, 'sensitivity high is above medium'),
-            ('gpus: 2, compute: 10%, memory: 8GiB, p2p: true', None, Kind.DEDICATED,
+            ('gpus: 2, compute: 10%, memory: 8GiB, p2p: true',
+             None, Kind.DEDICATED,
              {'amd.com/gpu': '2'}, 'P2P between 2 GPUs'),
-            ('compute: 80%, memory: 8GiB', None, Kind.DEDICATED, {'amd.com/gpu': '1'},
-             'dedicated_threshold'),
-            ('tenancy: isolated, compute: 10%, memory: 8GiB', None, Kind.DEDICATED,
+            ('compute: 80%, memory: 8GiB', None, Kind.DEDICATED,
+             {'amd.com/gpu': '1'}, 'dedicated_threshold'),
+            ('tenancy: isolated, compute: 10%, memory: 8GiB',
+             None, Kind.DEDICATED,
              {'amd.com/gpu': '1'}, 'tenancy is isolated'),
         )
         for needs, isolated, kind, limits, why in cases:

@@ -384,7 +384,7 @@ class RebuildTest(testtools.TestCase):
                           self.GPUS, [('ns/a', '{"gpu-0":"300-304"}')])
 
 
-class PercentTest(testtools.TestCase):
+class WholePercentTest(testtools.TestCase):
     """Whole percentages and the one conversion, with HAMi's semantics."""
 
     def test_parse_percent(self) -> None:
