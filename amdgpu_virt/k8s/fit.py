@@ -24,13 +24,16 @@ semantics:
   the pod (ties: node name), so a decision looks at as few nodes as it
   needs.
 
-"Does not fit" is a readable reason string, never an exception.
+"Does not fit" is a readable reason string, never an exception; the
+filter's :class:`Decision` carries a :class:`FitCode` (kube-scheduler's
+status codes) and gives every node's reason as a coded :class:`NodeReason`.
 """
 
 from __future__ import annotations
 
 import collections
 import dataclasses
+import enum
 import logging
 import operator
 from collections.abc import Iterable
@@ -542,6 +545,26 @@ def placement_usage(view: NodeView, placement: NodeFit) -> float:
     return total / (3 * len(view.gpus))
 
 
+class FitCode(str, enum.Enum):
+    """Outcome codes, as kube-scheduler's framework names them."""
+
+    #: placed on a node
+    SUCCESS = 'Success'
+    #: fits no node now, some node may take it later (busy now)
+    UNSCHEDULABLE = 'Unschedulable'
+    #: no node can ever take it as registered
+    UNRESOLVABLE = 'UnschedulableAndUnresolvable'
+
+
+@dataclasses.dataclass(frozen=True)
+class NodeReason:
+    """Why one node was not chosen, with its code."""
+
+    node: str
+    code: FitCode
+    reason: str
+
+
 @dataclasses.dataclass(frozen=True)
 class Decision:
     """The filter's answer for one pod.
@@ -556,6 +579,23 @@ class Decision:
     fit: NodeFit | None
     failed: Mapping[str, str]
     unresolvable: Mapping[str, str]
+
+    @property
+    def code(self) -> FitCode:
+        """SUCCESS with a fit; else UNSCHEDULABLE while some node is only
+        busy, UNRESOLVABLE when none can ever take the pod."""
+        if self.fit is not None:
+            return FitCode.SUCCESS
+        return FitCode.UNSCHEDULABLE if self.failed else \
+            FitCode.UNRESOLVABLE
+
+    def reasons(self) -> tuple[NodeReason, ...]:
+        """Every node not chosen, coded, sorted by node name."""
+        coded = [NodeReason(n, FitCode.UNSCHEDULABLE, r)
+                 for n, r in self.failed.items()]
+        coded += [NodeReason(n, FitCode.UNRESOLVABLE, r)
+                  for n, r in self.unresolvable.items()]
+        return tuple(sorted(coded, key=lambda r: (r.node, r.code.value)))
 
 
 def _never_fits(view: NodeView, request: PodRequest) -> str | None:

@@ -60,6 +60,20 @@ class PodRequestTest(testtools.TestCase):
         self.assertEqual(('binpack', 'spread'), (req.node_policy,
                                                  req.gpu_policy))
 
+    def test_limits_only_as_hami(self) -> None:
+        # requests are not read (Kubernetes requires limits for extended
+        # resources); a share without amd.com/gpu is one GPU here (the
+        # webhook writes amd.com/gpu: 1 so that HAMi reads it the same)
+        only_requests = pod()
+        only_requests['spec']['containers'] = [{'name': 'c', 'resources': {
+            'requests': {'amd.com/gpu': '1', 'amd.com/gpucores': '10'}}}]
+        self.assertFalse(fit.pod_request(only_requests).wants_gpus)
+        self.assertEqual(1, request({'amd.com/gpumem': '5'}).containers[
+            0].nums)
+        err = self.assertRaises(exception.ExtenderRequestError, request,
+                                {'amd.com/gpucores': '12.5'})
+        self.assertIn('integer percentage between 1 and 100', str(err))
+
     def test_no_gpu_request(self) -> None:
         self.assertFalse(fit.pod_request(pod({'cpu': '1'})).wants_gpus)
         self.assertFalse(fit.pod_request(pod({'amd.com/gpu': '0'}))
@@ -252,6 +266,12 @@ class DecideTest(testtools.TestCase):
         self.assertIn('no AMD GPU registered',
                       decision.unresolvable['c-empty'])
         self.assertIn('unknown', decision.unresolvable['d-gone'])
+        self.assertIs(fit.FitCode.SUCCESS, decision.code)
+        self.assertEqual(
+            [('a-idle', fit.FitCode.UNSCHEDULABLE),
+             ('c-empty', fit.FitCode.UNRESOLVABLE),
+             ('d-gone', fit.FitCode.UNRESOLVABLE)],
+            [(r.node, r.code) for r in decision.reasons()])
         req = request({'amd.com/gpucores': 25, 'amd.com/gpumem': 1},
                       **{hami.NODE_SCHEDULER_POLICY: 'spread'})
         decision = fit.decide([idle, busy], req)
@@ -264,6 +284,14 @@ class DecideTest(testtools.TestCase):
                                                'amd.com/gpumem': 1}))
         self.assertIsNone(decision.fit)
         self.assertIn('at most 0 CUs', decision.failed['n'])
+        self.assertIs(fit.FitCode.UNSCHEDULABLE, decision.code)
+        never = fit.decide([fit.build_view('e', [], [])], request(
+            {'amd.com/gpucores': 5}))
+        self.assertIs(fit.FitCode.UNRESOLVABLE, never.code)
+        (reason,) = never.reasons()
+        self.assertEqual(('e', 'no AMD GPU registered in '
+                          'hami.io/node-amd-register'),
+                         (reason.node, reason.reason))
 
 
 @st.composite
