@@ -16,11 +16,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from kubernetes.client import exceptions as k8s_exceptions
 from oslo_config import cfg
 
 from amdgpu_virt import exception
 from amdgpu_virt.k8s import consumers
+from amdgpu_virt.k8s import pods
 from amdgpu_virt.k8s import schedcache
 from amdgpu_virt.model import PciAddress
 from amdgpu_virt.sharing import hami
@@ -49,13 +49,10 @@ class KubernetesBackend:
 
     def _node(self, host: str) -> dict[str, Any] | None:
         try:
-            response = self.api.read_node(host, _preload_content=False)
-        except k8s_exceptions.ApiException as err:
-            if err.status == 404:   # a missing node offers nothing
-                return None
-            raise exception.KubernetesError(
-                request='GET node %s' % host,
-                reason='%s %s' % (err.status, err.reason)) from None
+            response = pods.call('GET node %s' % host, self.api.read_node,
+                                 host, _preload_content=False)
+        except exception.KubernetesNotFound:   # a missing node offers nothing
+            return None
         node: dict[str, Any] = json.loads(response.data)
         return node
 
