@@ -124,8 +124,10 @@ class ManifestTest(testtools.TestCase):
         self.assertEqual('/webhook', service['path'])
         svc = _find('Service', service['name'])
         self.assertEqual(service['namespace'], svc['metadata']['namespace'])
-        self.assertEqual(['ignore'], hook['objectSelector'][
-            'matchExpressions'][0]['values'])
+        # no object selector: nothing a pod carries exempts it
+        self.assertNotIn('objectSelector', hook)
+        self.assertEqual(['CREATE', 'UPDATE'], hook['rules'][0]['operations'])
+        self.assertEqual('NoneOnDryRun', hook['sideEffects'])
 
     def test_config_file_only_sets_known_options(self) -> None:
         data = _find('ConfigMap', 'amdgpu-virt-config')['data']
