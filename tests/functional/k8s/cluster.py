@@ -141,12 +141,7 @@ class Cluster(fixtures.Fixture):
                 policy_engine.Engine(conf),
                 webhookapi.ClusterModels(self.api)),
             events=webhookapi.EventRecorder(self.api))
-        thread = threading.Thread(target=self.webhook.serve_forever,
-                                  daemon=True)
-        thread.start()
-        self.addCleanup(thread.join, 10)
-        self.addCleanup(self.webhook.server_close)
-        self.addCleanup(self.webhook.shutdown)
+        serve(self, self.webhook)
         whost, wport = self.webhook.server_address[:2]
         self.webhook_http = HttpJson(str(whost), int(wport))
         self.addCleanup(self.webhook_http.close)
@@ -194,6 +189,18 @@ class Cluster(fixtures.Fixture):
             'PodName': meta['name'], 'PodNamespace': meta['namespace'],
             'PodUID': meta['uid'], 'Node': node})
         return result
+
+
+def serve(test: Any, server: Any) -> str:
+    """Serve ``server`` in a thread until ``test`` (a TestCase or
+    Fixture) cleans up; :returns: its ``http://host:port`` URL."""
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    test.addCleanup(thread.join, 10)
+    test.addCleanup(server.server_close)
+    test.addCleanup(server.shutdown)
+    host, port = server.server_address[:2]
+    return 'http://%s:%d' % (host, port)
 
 
 def gpu_pod(name: str, containers: list[dict[str, str]],

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import copy
 import json
-import threading
 import urllib.request
 from typing import Any
 
@@ -27,6 +26,7 @@ from amdgpu_virt.k8s import webhookapi
 from amdgpu_virt.policy import engine as policy_engine
 from amdgpu_virt.sharing import hami
 from tests.functional.fixtures import kubeclient
+from tests.functional.k8s import cluster
 
 TENANT = 'alice'
 SCHEDULER = 'system:serviceaccount:amdgpu-virt:amdgpu-virt-scheduler'
@@ -67,14 +67,7 @@ class WebhookThreatTest(testtools.TestCase):
             intent=admission.IntentPolicy(policy_engine.Engine(conf),
                                           webhookapi.ClusterModels(api)),
             events=webhookapi.EventRecorder(api))
-        thread = threading.Thread(target=self.server.serve_forever,
-                                  daemon=True)
-        thread.start()
-        self.addCleanup(thread.join, 10)
-        self.addCleanup(self.server.server_close)
-        self.addCleanup(self.server.shutdown)
-        host, port = self.server.server_address[:2]
-        self.url = 'http://%s:%d/webhook' % (host, port)
+        self.url = cluster.serve(self, self.server) + '/webhook'
 
     def _review(self, pod: dict[str, Any], operation: str = 'CREATE',
                 old: dict[str, Any] | None = None, user: str = TENANT

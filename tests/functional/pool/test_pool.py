@@ -566,16 +566,7 @@ class TestMove(PoolTestCase):
     def test_move_refuses_while_a_pod_is_chosen_but_not_bound(self):
         # the extender chose the GPU for the pod and is binding it: the
         # pod is not on the node yet, but the GPU is taken
-        self.push_ledger()
-        self.assertEqual([GPU0, GPU1], self.run_agent(self.k8s_host))
-        node = self.k8s.server.get_object('nodes', self.k8s_host)
-        infos = hami.decode_node_register(
-            node['metadata']['annotations'][hami.NODE_REGISTER])
-        self.pod(self.k8s_host, 'starting', [infos[1].id], bound=False)
-        args = ('move', '--ledger', self.ledger_path, '--gpu',
-                '%s:%s' % (self.k8s_host, GPU1), '--to', 'idle',
-                '--fleet', self.fleet, '--state-dir',
-                os.path.join(self.tmp, 'state'))
+        args = self.k8s_pod_on_gpu1('starting', bound=False)
         rc, stdout, _stderr = self.run_cli(*args)
         self.assertEqual(1, rc, stdout)
         self.assertIn('k8s still has consumers', stdout)
@@ -591,17 +582,22 @@ class TestMove(PoolTestCase):
         rc, stdout, _stderr = self.run_cli(*args)
         self.assertEqual(0, rc, stdout)
 
-    def test_move_from_k8s_shared_to_idle(self):
+    def k8s_pod_on_gpu1(self, name, bound=True):
+        """Offer both GPUs of the k8s host, put pod ``name`` on GPU1;
+        :returns: the arguments of moving GPU1 to idle."""
         self.push_ledger()
         self.assertEqual([GPU0, GPU1], self.run_agent(self.k8s_host))
         node = self.k8s.server.get_object('nodes', self.k8s_host)
         infos = hami.decode_node_register(
             node['metadata']['annotations'][hami.NODE_REGISTER])
-        self.pod(self.k8s_host, 'trainer', [infos[1].id])
-        args = ('move', '--ledger', self.ledger_path, '--gpu',
+        self.pod(self.k8s_host, name, [infos[1].id], bound=bound)
+        return ('move', '--ledger', self.ledger_path, '--gpu',
                 '%s:%s' % (self.k8s_host, GPU1), '--to', 'idle',
                 '--fleet', self.fleet, '--state-dir',
                 os.path.join(self.tmp, 'state'))
+
+    def test_move_from_k8s_shared_to_idle(self):
+        args = self.k8s_pod_on_gpu1('trainer')
         rc, stdout, _stderr = self.run_cli(*args)
         self.assertEqual(1, rc, stdout)
         self.assertIn('k8s still has consumers', stdout)
