@@ -140,9 +140,18 @@ class KubernetesPool:
         users: dict[tuple[str, PciAddress], tuple[str, ...]] = {}
         everyone = consumers.ConsumerView(self.api).consumers()
         for consumer in everyone:
-            if consumer.node in views and consumer.problem:
+            view = views.get(consumer.node)
+            if view is None:
+                continue
+            if consumer.problem:
                 warnings.append('pod %s: %s' % (consumer.name,
                                                 consumer.problem))
+            known = {d.lower() for d in view.devices}
+            for device in sorted(consumer.devices - known):
+                warnings.append(
+                    'pod %s holds device %s that node %s does not register '
+                    '(counted as a user of each of its GPUs)' % (
+                        consumer.name, device, consumer.node))
         for name, view in views.items():
             registered: dict[str, PciAddress | None] = {
                 d.lower(): a for d, a in view.devices.items()}
