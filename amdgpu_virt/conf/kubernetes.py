@@ -217,6 +217,22 @@ kubernetes_opts: list[cfg.Opt] = [
              'system:serviceaccount:<namespace>:<name>\n\n'
              'Related options:\n\n'
              '* webhook_exempt_namespaces\n'),
+    cfg.BoolOpt(
+        'webhook_dra_claims', default=False,
+        help='What the admission webhook gives a pod that states its needs '
+             'in the gpu.amd.com/workload annotation.\n\n'
+             'Possible values:\n\n'
+             '* False (default): HAMi resources (amd.com/gpu, '
+             'amd.com/gpucores, amd.com/gpumem) for the scheduler '
+             'extender\n'
+             '* True: a ResourceClaimTemplate of the DRA driver\'s '
+             'DeviceClass gpu.amd.com (whole GPUs) or share.gpu.amd.com '
+             '(CU shares, with computeUnits and memory capacities), '
+             'written into the pod\'s namespace and referenced from the '
+             'pod; the webhook then needs create and get on '
+             'resourceclaimtemplates\n\n'
+             'Related options:\n\n'
+             '* scheduler_name\n'),
     cfg.HostAddressOpt(
         'webhook_host', default='0.0.0.0',  # noqa: S104
         help='Address the admission webhook listens on.\n\n'

@@ -40,10 +40,19 @@ class IntentPolicy:
 
     :param engine: the planner's policy engine (filters from ``[policy]``).
     :param models: the GPU shapes the cluster registers, now.
+    :param dra: when True, the pod gets a claim of the matching DeviceClass
+        (:func:`amdgpu_virt.k8s.intent.claim_template`) instead of
+        ``amd.com/*`` limits.
     """
 
     engine: policy_engine.Engine
     models: Callable[[], Sequence[GpuModel]]
+    #: ask the DRA driver (a ResourceClaimTemplate) instead of HAMi
+    #: resources
+    dra: bool = False
+    #: (namespace, template): makes sure the ResourceClaimTemplate exists
+    #: (raises AmdgpuVirtError when it cannot)
+    templates: Callable[[str, dict[str, Any]], None] | None = None
 
 
 def containers(spec: Mapping[str, Any]) -> list[tuple[str, dict[str, Any]]]:
@@ -193,6 +202,38 @@ def username(request: Mapping[str, Any]) -> str:
     return name if isinstance(name, str) else ''
 
 
+def _add_claim(pod: dict[str, Any], target: dict[str, Any],
+               decision: pod_intent.IntentDecision,
+               problems: list[str]) -> bool:
+    """Reference the decision's ResourceClaimTemplate from the pod and
+    its container (in place); False with the reason in ``problems``."""
+    template = pod_intent.claim_template(decision)['metadata']['name']
+    spec = pod['spec']
+    claims = spec.setdefault('resourceClaims', [])
+    if not isinstance(claims, list):
+        problems.append('spec.resourceClaims: not a list')
+        return False
+    mine = [c for c in claims if isinstance(c, dict)
+            and c.get('name') == pod_intent.CLAIM_NAME]
+    if mine and mine[0].get('resourceClaimTemplateName') != template:
+        problems.append('spec.resourceClaims[%s]: set by the pod, but the '
+                        'policy chose template %s' % (pod_intent.CLAIM_NAME,
+                                                      template))
+        return False
+    if not mine:
+        claims.append({'name': pod_intent.CLAIM_NAME,
+                       'resourceClaimTemplateName': template})
+    uses = target['resources'].setdefault('claims', [])
+    if not isinstance(uses, list):
+        problems.append('container %r: resources.claims is not a list'
+                        % target.get('name'))
+        return False
+    if not any(isinstance(u, dict) and u.get('name') ==
+               pod_intent.CLAIM_NAME for u in uses):
+        uses.append({'name': pod_intent.CLAIM_NAME})
+    return True
+
+
 def apply_intent(pod: dict[str, Any], namespace: str, name: str,
                   isolated: str | None, intent: IntentPolicy | None,
                   problems: list[str]) -> pod_intent.IntentDecision | None:
@@ -247,13 +288,14 @@ def apply_intent(pod: dict[str, Any], namespace: str, name: str,
         problems.append('container %r: resources is not an object'
                         % target.get('name'))
         return None
-    limits = resources.setdefault('limits', {})
+    limits = resources.get('limits') or {}
     if not isinstance(limits, dict):
         problems.append('container %r: resources.limits is not an object'
                         % target.get('name'))
         return None
     stated = {k: str(v) for k, v in limits.items() if k in hami.RESOURCES}
-    if stated and stated != dict(decision.limits):
+    wanted = {} if intent.dra else dict(decision.limits)
+    if stated and stated != wanted:
         problems.append('container %r: resources.limits[%s]: state either '
                         '%s or raw %s resources, not both (the policy '
                         'chose %s)' % (
@@ -262,12 +304,16 @@ def apply_intent(pod: dict[str, Any], namespace: str, name: str,
                             ', '.join('%s=%s' % i for i in sorted(
                                 decision.limits.items()))))
         return None
-    limits.update(decision.limits)
+    if intent.dra:
+        if not _add_claim(pod, target, decision, problems):
+            return None
+    else:
+        resources['limits'] = {**limits, **decision.limits}
     meta = pod['metadata']
     new_annotations = dict(annotations)
     new_annotations[pod_intent.DECISION_ANNOTATION] = decision.label
     new_annotations[pod_intent.REASON_ANNOTATION] = decision.reason
-    if decision.use_types:
+    if decision.use_types and not intent.dra:
         new_annotations[hami.USE_GPUTYPE] = ','.join(decision.use_types)
     meta['annotations'] = new_annotations
     return decision

@@ -29,6 +29,8 @@ the tightest reason. Nothing here talks to Kubernetes.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -64,6 +66,11 @@ FIELDS = ('gpus', 'memory', 'compute', 'tenancy', 'sensitivity', 'p2p')
 MAX_LENGTH = 2048
 SLICE = 'cu-slice'
 WHOLE = 'whole'
+#: DeviceClasses of the DRA driver: whole GPUs, and CU shares.
+DRA_WHOLE_CLASS = 'gpu.amd.com'
+DRA_SHARE_CLASS = 'share.gpu.amd.com'
+#: Name of the pod's claim entry (``spec.resourceClaims[].name``).
+CLAIM_NAME = 'amd-gpu'
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,11 +91,46 @@ class IntentDecision:
     limits: Mapping[str, str] = dataclasses.field(default_factory=dict)
     use_types: tuple[str, ...] = ()
     trail: tuple[Verdict, ...] = ()
+    #: GPUs, and per GPU of a slice the CUs (the most any fitting shape
+    #: needs) and MiB, for a DRA claim
+    gpus: int = 0
+    cus: int | None = None
+    memory_mib: int | None = None
 
     @property
     def label(self) -> str:
         """The value of :data:`DECISION_ANNOTATION`."""
         return SLICE if self.kind is Kind.CU else WHOLE
+
+
+def claim_template(decision: IntentDecision) -> dict[str, Any]:
+    """The ResourceClaimTemplate (``resource.k8s.io/v1``, without its
+    namespace) asking the DRA driver for what ``decision`` chose: whole
+    GPUs of DeviceClass :data:`DRA_WHOLE_CLASS`, or CU shares of
+    :data:`DRA_SHARE_CLASS` with the consumable capacities
+    ``computeUnits`` and ``memory``. Its name is derived from its content,
+    so every pod that needs the same gets the same template.
+    """
+    request: dict[str, Any] = {'allocationMode': 'ExactCount',
+                               'count': decision.gpus}
+    if decision.kind is Kind.CU:
+        request['deviceClassName'] = DRA_SHARE_CLASS
+        capacity = {'computeUnits': str(decision.cus or 1)}
+        if decision.memory_mib is not None:
+            capacity['memory'] = '%dMi' % decision.memory_mib
+        request['capacity'] = {'requests': capacity}
+    else:
+        request['deviceClassName'] = DRA_WHOLE_CLASS
+    spec = {'spec': {'devices': {'requests': [
+        {'name': 'gpu', 'exactly': request}]}}}
+    digest = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()
+                            ).hexdigest()[:12]
+    return {'apiVersion': 'resource.k8s.io/v1',
+            'kind': 'ResourceClaimTemplate',
+            'metadata': {'name': 'amdgpu-virt-%s-%s' % (
+                decision.label, digest), 'labels': {
+                'app.kubernetes.io/managed-by': 'amdgpu-virt'}},
+            'spec': spec}
 
 
 def parse(value: Any, where: str) -> dict[str, Any]:
@@ -249,8 +291,11 @@ def decide(w: Workload, models: Sequence[GpuModel],
             '%s' % (percent, w.describe_memory(), w.gpus,
                     '' if w.gpus == 1 else 's',
                     '; '.join(dict.fromkeys(v.message for v in passed)))
+        cus = max(hami.percent_to_cus(percent, m.compute_units or 1,
+                                      m.cu_alloc_unit)
+                  for m in slice_models)
         return IntentDecision(Code.PLACED, reason, Kind.CU, limits,
-                              use_types, trail)
+                              use_types, trail, w.gpus, cus, w.memory_mib)
     refused = [v for v in trail if not v.passed and v.kind is Kind.CU]
     why = (refused[0].message if refused else
            'a CU slice is not allowed on every GPU shape it fits: %s'
@@ -258,4 +303,4 @@ def decide(w: Workload, models: Sequence[GpuModel],
     reason = 'whole GPU%s (%d): no CU slice because %s' % (
         '' if w.gpus == 1 else 's', w.gpus, why)
     return IntentDecision(Code.PLACED, reason, Kind.DEDICATED, limits,
-                          use_types, trail)
+                          use_types, trail, w.gpus)

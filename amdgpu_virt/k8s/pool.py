@@ -140,13 +140,13 @@ class KubernetesPool:
         users: dict[tuple[str, PciAddress], tuple[str, ...]] = {}
         everyone = consumers.ConsumerView(self.api).consumers()
         for consumer in everyone:
-            view = views.get(consumer.node)
-            if view is None:
+            seen = views.get(consumer.node)
+            if seen is None:
                 continue
             if consumer.problem:
                 warnings.append('pod %s: %s' % (consumer.name,
                                                 consumer.problem))
-            known = {d.lower() for d in view.devices}
+            known = {d.lower() for d in seen.devices}
             for device in sorted(consumer.devices - known):
                 warnings.append(
                     'pod %s holds device %s that node %s does not register '

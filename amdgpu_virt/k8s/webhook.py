@@ -62,9 +62,11 @@ from collections.abc import Mapping
 from typing import Any
 
 import jsonpatch
+from kubernetes import client as k8s_client_lib
 
 from amdgpu_virt import exception
 from amdgpu_virt.k8s import admission
+from amdgpu_virt.k8s import intent as pod_intent
 from amdgpu_virt.k8s import webhookapi
 from amdgpu_virt.policy import engine as policy_engine
 from amdgpu_virt.sharing import hami
@@ -228,7 +230,17 @@ def review(admission_review: Mapping[str, Any], policy: WebhookPolicy,
         {k: v for k, v in admission.resources(c, kind).items()
          if k in managed} for kind in ('limits', 'requests'))
         for where, c in containers}
-    if not problems and not any(lim or req for lim, req in wanted.values()):
+    claim = intent is not None and intent.dra and decision is not None
+    if claim:
+        # the container given the claim is a GPU container like any other
+        for where, container in containers:
+            uses = (container.get('resources') or {}).get('claims') or []
+            if any(isinstance(u, dict) and u.get('name') ==
+                   pod_intent.CLAIM_NAME for u in uses):
+                wanted[where][0]['resourceClaim %s' % pod_intent.CLAIM_NAME
+                                 ] = ('resources.claims', None)
+    if not problems and not claim and \
+            not any(lim or req for lim, req in wanted.values()):
         return _response(uid, True)
     if spec.get('nodeName'):
         problems.append(
@@ -244,12 +256,29 @@ def review(admission_review: Mapping[str, Any], policy: WebhookPolicy,
                                             '; '.join(problems))
         LOG.info('%s', message)
         return _response(uid, False, message)
+    hami_pod = False
     for _where, container in containers:
         given = (container.get('resources') or {}).get('limits') or {}
+        if any(r in given for r in managed):
+            hami_pod = True
         if hami.RESOURCE_GPU not in given and any(
                 r in given for r in hami.RESOURCES):
             given[hami.RESOURCE_GPU] = '1'
-    mutated.setdefault('spec', {})['schedulerName'] = policy.scheduler_name
+    if hami_pod:
+        mutated.setdefault('spec', {})['schedulerName'] = \
+            policy.scheduler_name
+    if claim and decision is not None and intent is not None and \
+            intent.templates is not None and not request.get('dryRun'):
+        template = pod_intent.claim_template(decision)
+        try:
+            intent.templates(namespace, template)
+        except exception.AmdgpuVirtError as err:
+            message = ('pod %s/%s denied: ResourceClaimTemplate %s/%s could '
+                       'not be written: %s' % (
+                           namespace, name, namespace,
+                           template['metadata']['name'], err))
+            LOG.warning('%s', message)
+            return _response(uid, False, message)
     patch = jsonpatch.make_patch(dict(pod), mutated).patch
     if decision is not None:
         LOG.info('pod %s/%s: %s', namespace, name, decision.reason)
@@ -398,7 +427,11 @@ def from_conf(conf: Any, core_api: Any | None = None) -> _WebhookServer:
             namespace_labels=NamespaceLabelCache(core_api),
             intent=admission.IntentPolicy(
                 policy_engine.Engine(conf),
-                webhookapi.ClusterModels(core_api)),
+                webhookapi.ClusterModels(core_api),
+                dra=group.webhook_dra_claims,
+                templates=webhookapi.ClaimTemplates(
+                    k8s_client_lib.ResourceV1Api(
+                        getattr(core_api, 'api_client', None)))),
             events=webhookapi.EventRecorder(core_api),
             cert_file=group.webhook_cert_file,
             key_file=group.webhook_key_file)

@@ -96,3 +96,37 @@ class ClusterModels:
             self._at = now
             self._models = models
         return models
+
+
+class ClaimTemplates:
+    """Makes sure a ResourceClaimTemplate exists, through a
+    ``ResourceV1Api`` (the DRA path of stated needs).
+
+    The name is derived from the content, so an existing template of that
+    name is reused; one whose spec differs (someone else wrote it) is
+    refused rather than trusted.
+    """
+
+    def __init__(self, resource_api: Any) -> None:
+        self.api = resource_api
+
+    def __call__(self, namespace: str, template: dict[str, Any]) -> None:
+        name = template['metadata']['name']
+        what = 'ResourceClaimTemplate %s/%s' % (namespace, name)
+        try:
+            pods.call('POST %s' % what,
+                      self.api.create_namespaced_resource_claim_template,
+                      namespace, template, _preload_content=False)
+            return
+        except exception.KubernetesConflict:
+            pass   # it exists: it must be ours
+        response = pods.call(
+            'GET %s' % what, self.api.read_namespaced_resource_claim_template,
+            name, namespace, _preload_content=False)
+        found = json.loads(response.data).get('spec')
+        if found != template['spec']:
+            raise exception.KubernetesError(
+                request='GET %s' % what,
+                reason='it exists with another spec (%s), not the one this '
+                'webhook writes; remove it' % json.dumps(found,
+                                                         sort_keys=True))

@@ -10,11 +10,13 @@ service accounts) and asserts the answer.
 
 from __future__ import annotations
 
+import base64
 import copy
 import json
 import urllib.request
 from typing import Any
 
+import jsonpatch
 import testtools
 from kubernetes import client
 
@@ -47,7 +49,8 @@ def _pod(limits: dict[str, str] | None = None, **container: Any
             'spec': {'containers': [main]}}
 
 
-class WebhookThreatTest(testtools.TestCase):
+class _WebhookTest(testtools.TestCase):
+    """The webhook over HTTP in front of the API server stand-in."""
 
     def setUp(self) -> None:
         super().setUp()
@@ -98,6 +101,9 @@ class WebhookThreatTest(testtools.TestCase):
         self.assertNotIn('patch', response)
         self.assertEqual(403, response['status']['code'])
         return str(response['status']['message'])
+
+
+class WebhookThreatTest(_WebhookTest):
 
     # -- threat 1: nothing a pod carries skips a rule -------------------
 
@@ -252,3 +258,74 @@ class WebhookThreatTest(testtools.TestCase):
             pod = _pod()
             pod['metadata']['annotations'] = {intent.ANNOTATION: needs}
             self.assertIn(reason, self._denied(pod), needs)
+
+
+class DraClaimTest(_WebhookTest):
+    """With ``webhook_dra_claims``, stated needs become a claim of the DRA
+    driver's DeviceClass (the template written through the real client
+    into the stand-in's resource.k8s.io/v1 ResourceClaimTemplates)."""
+
+    def setUp(self) -> None:
+        super().setUp()
+        api = self.kube.api
+        self.resource_api = client.ResourceV1Api(api.api_client)
+        self.server.intent = admission.IntentPolicy(
+            self.server.intent.engine, self.server.intent.models, dra=True,
+            templates=webhookapi.ClaimTemplates(self.resource_api))
+
+    def _claimed(self, namespace: str) -> tuple[dict[str, Any],
+                                                dict[str, Any]]:
+        pod = _pod()
+        pod['metadata'].update(namespace=namespace, annotations={
+            intent.ANNOTATION: 'memory: 20GiB, compute: 25%'})
+        response = self._review(pod)
+        self.assertTrue(response['allowed'], response)
+        patched = jsonpatch.apply_patch(pod, json.loads(base64.b64decode(
+            response['patch'])))
+        (entry,) = patched['spec']['resourceClaims']
+        self.assertEqual(intent.CLAIM_NAME, entry['name'])
+        self.assertEqual([{'name': intent.CLAIM_NAME}], patched['spec'][
+            'containers'][0]['resources']['claims'])
+        self.assertNotIn('limits', patched['spec']['containers'][0][
+            'resources'])
+        self.assertNotIn('schedulerName', patched['spec'])
+        response = self.resource_api.read_namespaced_resource_claim_template(
+            entry['resourceClaimTemplateName'], namespace,
+            _preload_content=False)
+        return patched, json.loads(response.data)['spec']['spec']['devices'][
+            'requests'][0]['exactly']
+
+    def test_share_or_whole_gpu_claims(self) -> None:
+        patched, request = self._claimed('shared')
+        self.assertEqual({'allocationMode': 'ExactCount', 'count': 1,
+                          'deviceClassName': 'share.gpu.amd.com',
+                          'capacity': {'requests': {
+                              'computeUnits': '76', 'memory': '20480Mi'}}},
+                         request)
+        self.assertEqual('cu-slice', patched['metadata']['annotations'][
+            intent.DECISION_ANNOTATION])
+        _patched, request = self._claimed('secure')
+        self.assertEqual({'allocationMode': 'ExactCount', 'count': 1,
+                          'deviceClassName': 'gpu.amd.com'}, request)
+        # a second pod with the same needs reuses the template
+        self._claimed('shared')
+
+    def test_a_tampered_template_is_refused(self) -> None:
+        pod = _pod()
+        pod['metadata']['annotations'] = {
+            intent.ANNOTATION: 'memory: 20GiB, compute: 25%'}
+        name = json.loads(base64.b64decode(self._review(pod)['patch']))
+        template = [op['value'] for op in name
+                    if op['path'] == '/spec/resourceClaims'][0][0][
+            'resourceClaimTemplateName']
+        self.resource_api.delete_namespaced_resource_claim_template(
+            template, 'shared')
+        self.resource_api.create_namespaced_resource_claim_template(
+            'shared', {'apiVersion': 'resource.k8s.io/v1',
+                       'kind': 'ResourceClaimTemplate',
+                       'metadata': {'name': template},
+                       'spec': {'spec': {'devices': {'requests': [{
+                           'name': 'gpu', 'exactly': {
+                               'deviceClassName': 'gpu.amd.com',
+                               'count': 8}}]}}}})
+        self.assertIn('exists with another spec', self._denied(pod))

@@ -118,3 +118,36 @@ class DecideTest(testtools.TestCase):
         self.assertEqual({'memory': '20GiB', 'compute': '25%'},
                          intent.parse('memory: 20GiB, compute: 25%', 'p'))
         self.assertEqual({'gpus': 2}, intent.parse('gpus: 2', 'p'))
+
+
+class ClaimTemplateTest(testtools.TestCase):
+
+    def test_share_and_whole(self) -> None:
+        engine = policy_engine.Engine(conf_pkg.new_conf())
+        models = intent.models_from_registrations([MI300X, MI210])
+        share = intent.decide(intent.workload(
+            {'compute': '20%', 'memory': '8GiB', 'gpus': 2}, 'p', None),
+            models, engine)
+        body = intent.claim_template(share)
+        self.assertEqual(('resource.k8s.io/v1', 'ResourceClaimTemplate'),
+                         (body['apiVersion'], body['kind']))
+        (request,) = body['spec']['spec']['devices']['requests']
+        # the most CUs any fitting shape needs: 20 % of 304 is 60
+        self.assertEqual({'allocationMode': 'ExactCount', 'count': 2,
+                          'deviceClassName': 'share.gpu.amd.com',
+                          'capacity': {'requests': {
+                              'computeUnits': '60', 'memory': '8192Mi'}}},
+                         request['exactly'])
+        self.assertTrue(body['metadata']['name'].startswith(
+            'amdgpu-virt-cu-slice-'))
+        # the name follows the content: the same needs, the same template
+        self.assertEqual(body, intent.claim_template(share))
+        whole = intent.decide(intent.workload({'gpus': 2}, 'p', None),
+                              models, engine)
+        other = intent.claim_template(whole)
+        self.assertEqual({'allocationMode': 'ExactCount', 'count': 2,
+                          'deviceClassName': 'gpu.amd.com'},
+                         other['spec']['spec']['devices']['requests'][0][
+                             'exactly'])
+        self.assertNotEqual(body['metadata']['name'],
+                            other['metadata']['name'])
