@@ -167,8 +167,6 @@ def decode_node(obj: Mapping[str, Any],
     usable = []
     seen: set[str] = set()
     for device in devices:
-        if not device.is_amd:
-            continue
         problem = fit.usable_device(device)
         if problem is None and device.id.lower() in seen:
             problem = 'registered twice'
