@@ -209,6 +209,10 @@ class AdmissionReviewError(KubernetesError):
     msg_fmt = 'Invalid AdmissionReview: %(field)s: %(reason)s'
 
 
+class HttpRequestError(KubernetesError):
+    msg_fmt = 'Bad HTTP request: %(reason)s'
+
+
 class ExtenderRequestError(KubernetesError):
     msg_fmt = 'Invalid scheduler extender request: %(field)s: %(reason)s'
 
