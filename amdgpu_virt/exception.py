@@ -48,6 +48,10 @@ class DriverNotFound(AmdgpuVirtError):
                '(known: %(known)s): %(reason)s')
 
 
+class FileInputError(AmdgpuVirtError):
+    msg_fmt = 'cannot read %(what)s %(path)s: %(reason)s'
+
+
 # --- hardware model and catalog ----------------------------------------------
 
 class InvalidPciAddress(AmdgpuVirtError):

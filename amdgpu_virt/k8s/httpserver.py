@@ -65,12 +65,9 @@ import time
 from typing import Any
 
 from amdgpu_virt import exception
+from amdgpu_virt import yamlutil
 
 LOG = logging.getLogger(__name__)
-
-#: deepest JSON nesting a request body may have
-MAX_JSON_DEPTH = 100
-
 
 @dataclasses.dataclass(frozen=True)
 class Limits:
@@ -191,7 +188,7 @@ def read_json(handler: http.server.BaseHTTPRequestHandler) -> Any:
     """The JSON body of the request ``handler`` serves (None if empty).
 
     :raises HttpRequestError: not UTF-8, not JSON, or nested deeper than
-        :data:`MAX_JSON_DEPTH` (naming what is wrong and where).
+        :data:`amdgpu_virt.yamlutil.MAX_DEPTH` (naming what is wrong).
     """
     try:
         length = int(handler.headers.get('Content-Length') or 0)
@@ -211,29 +208,9 @@ def parse_json(data: bytes) -> Any:
         raise exception.HttpRequestError(
             reason='the body is not UTF-8 (byte %d)' % err.start) from None
     try:
-        document = json.loads(text)
-    except RecursionError:
-        raise exception.HttpRequestError(
-            reason='the JSON body is nested too deeply') from None
-    except ValueError as err:
-        raise exception.HttpRequestError(
-            reason='the body is not JSON: %s' % err) from None
-    _check_depth(document)
-    return document
-
-
-def _check_depth(document: Any) -> None:
-    stack = [(document, 1)]
-    while stack:
-        value, depth = stack.pop()
-        if depth > MAX_JSON_DEPTH:
-            raise exception.HttpRequestError(
-                reason='the JSON body is nested deeper than %d levels'
-                % MAX_JSON_DEPTH)
-        if isinstance(value, dict):
-            stack.extend((v, depth + 1) for v in value.values())
-        elif isinstance(value, list):
-            stack.extend((v, depth + 1) for v in value)
+        return yamlutil.load_json(text, 'the request body')
+    except exception.AmdgpuVirtError as err:
+        raise exception.HttpRequestError(reason=str(err)) from None
 
 
 # --- the server --------------------------------------------------------------

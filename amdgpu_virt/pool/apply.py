@@ -33,6 +33,7 @@ from typing import Protocol
 
 from amdgpu_virt import exception
 from amdgpu_virt import fileutil
+from amdgpu_virt import yamlutil
 from amdgpu_virt.ledger import Ledger
 from amdgpu_virt.model import HostInventory
 from amdgpu_virt.model import Role
@@ -162,13 +163,14 @@ def _diff(relpath: str, old: str | None, new: str | None) -> str:
 
 
 def _load_manifest(output_dir: str) -> set[str]:
-    text = fileutil.read_text(os.path.join(output_dir, MANIFEST))
+    path = os.path.join(output_dir, MANIFEST)
+    text = fileutil.read_text(path, 'apply manifest')
     if text is None:
         return set()
     try:
-        files = json.loads(text)['files']
+        files = yamlutil.load_json(text, path)['files']
         return {str(f) for f in files}
-    except (ValueError, KeyError, TypeError) as err:
+    except (exception.AmdgpuVirtError, KeyError, TypeError) as err:
         raise exception.AmdgpuVirtError(
             'cannot read %s: %s' % (os.path.join(output_dir, MANIFEST),
                                     err)) from None

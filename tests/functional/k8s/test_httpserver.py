@@ -219,11 +219,11 @@ class WebhookTlsTest(_HostileMixin, testtools.TestCase):
     def test_bad_bodies_get_400_naming_the_fault(self) -> None:
         for data, culprit in (
                 (b'\xff\xfe{}', b'not UTF-8'),
-                (b'{"request": ', b'not JSON'),
+                (b'{"request": ', b'not valid JSON'),
                 (b'[' * 5000 + b']' * 5000, b'nested'),
                 (b'[' * 150 + b']' * 150, b'deeper than 100'),
                 (b'{"request": {"uid": ' + b'9' * 5000 + b'}}',
-                 b'not JSON'),
+                 b'not valid JSON'),
                 (b'{"request": {"kind": {"kind": "Pod"}}}', b'request.uid')):
             status, answer, _took = self._request('POST', '/webhook', data)
             self.assertEqual(400, status, (data[:40], answer))
