@@ -25,6 +25,8 @@ from amdgpu_virt import exception
 
 LOG = logging.getLogger(__name__)
 
+#: name prefix of the temporary files of :func:`atomic_write`
+TEMP_PREFIX = '.amdgpu-virt-'
 #: default size limit of an input file (bytes)
 MAX_INPUT_BYTES = 16 * 1024 * 1024
 
@@ -135,7 +137,7 @@ def atomic_write(path: str, content: str, mode: int = 0o644) -> None:
     directory = os.path.dirname(os.path.abspath(path))
     try:
         os.makedirs(directory, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=directory, prefix='.amdgpu-virt-')
+        fd, tmp = tempfile.mkstemp(dir=directory, prefix=TEMP_PREFIX)
         try:
             with os.fdopen(fd, 'w', encoding='utf-8') as handle:
                 handle.write(content)
