@@ -162,6 +162,12 @@ class PlacementError(AmdgpuVirtError):
     msg_fmt = 'Placement request %(request)s failed: %(reason)s'
 
 
+class PlacementUnreachable(PlacementError):
+    msg_fmt = ('Placement request %(request)s got no answer: %(reason)s; '
+               'check [nova] placement_endpoint (or cloud) and that '
+               'Placement runs')
+
+
 class UnsafeRoleChange(AmdgpuVirtError):
     msg_fmt = 'Refusing to change GPU %(gpu)s: %(reason)s'
 

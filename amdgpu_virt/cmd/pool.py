@@ -33,8 +33,23 @@ from amdgpu_virt.pool import crossaudit
 from amdgpu_virt.pool import hostchange
 from amdgpu_virt.pool import move as pool_move
 
+#: exit statuses of ``audit`` and ``move`` (their help and the hybrid
+#: guide list them): 0 done / clean
+EXIT_OK = 0
+#: ``move``: refused, the GPU is in use; ``audit``: a conflict (double
+#: booking); both: any other error (named on stderr)
+EXIT_REFUSED = 1
+#: ``audit``: drift between the ledger and a side, no conflict
+EXIT_DRIFT = 3
+#: a side's API (Placement, Nova, Kubernetes) cannot be reached; nothing
+#: was changed (EX_UNAVAILABLE of sysexits.h)
+EXIT_UNREACHABLE = 69
 #: ``move`` exit status while it waits for a side or the host
+#: (EX_TEMPFAIL)
 EXIT_WAITING = 75
+#: the errors that mean "a side's API is unreachable"
+UNREACHABLE = (exception.ServiceUnreachable, exception.PlacementUnreachable,
+               exception.KubernetesUnavailable)
 SNAPSHOT_SUFFIXES = ('.json', '.yaml', '.yml')
 
 
@@ -360,11 +375,31 @@ def collect(app: Any, ledger: av_ledger.Ledger,
     return observations, warnings
 
 
-class Audit(command.Command):
+class _Unreachable:
+    """``take_action`` that exits EXIT_UNREACHABLE, naming the API, when a
+    side cannot be reached."""
+
+    app: Any
+
+    def take_action(self, parsed_args: argparse.Namespace) -> int:
+        try:
+            return self.act(parsed_args)
+        except UNREACHABLE as err:
+            self.app.stderr.write('error: %s\n' % err)
+            return EXIT_UNREACHABLE
+
+    def act(self, parsed_args: argparse.Namespace) -> int:
+        raise NotImplementedError
+
+
+class Audit(_Unreachable, command.Command):
     """Check that no GPU is offered or used by both clouds.
 
     Compares the ledger, the hosts' inventories, Placement (Nova) and the
-    Kubernetes API. Exit status 1 when there is a conflict, else 0.
+    Kubernetes API. Exit status: 0 consistent; 1 a conflict (a GPU offered
+    or used by both clouds) or another error; 3 drift only (a side differs
+    from the ledger, no conflict); 69 Placement, Nova or the Kubernetes
+    API unreachable (nothing audited).
     """
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
@@ -382,7 +417,7 @@ class Audit(command.Command):
                                  '(table format)')
         return parser
 
-    def take_action(self, parsed_args: argparse.Namespace) -> int:
+    def act(self, parsed_args: argparse.Namespace) -> int:
         if parsed_args.no_nova and parsed_args.no_k8s:
             raise exception.ConfigError(
                 option='--no-nova/--no-k8s',
@@ -424,7 +459,11 @@ class Audit(command.Command):
                               for s in sides), report.stranded,
                           counts['conflict'], counts['drift'],
                           counts['info']))
-        return 1 if report.conflicts else 0
+        if report.conflicts:
+            return EXIT_REFUSED
+        if any(f.severity == 'drift' for f in report.findings):
+            return EXIT_DRIFT
+        return EXIT_OK
 
 
 # --- move --------------------------------------------------------------------
@@ -460,12 +499,14 @@ def target(old: av_ledger.GpuAssignment, args: argparse.Namespace,
     return new
 
 
-class Move(command.Command):
+class Move(_Unreachable, command.Command):
     """Change the role of one GPU safely: drain, withdraw, change, offer.
 
     Runs the steps that can run now and says where it waits; run it again
-    to continue. Exit status 0 when done, 1 when refused (the GPU is in
-    use), 75 while waiting for a side or the host.
+    to continue. Exit status: 0 done; 1 refused (the GPU is in use) or
+    another error; 69 Placement, Nova or the Kubernetes API unreachable
+    (the step was not recorded: run again when it is back); 75 waiting for
+    a side or the host.
     """
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
@@ -496,7 +537,7 @@ class Move(command.Command):
         _add_live_args(parser)
         return parser
 
-    def take_action(self, parsed_args: argparse.Namespace) -> int:
+    def act(self, parsed_args: argparse.Namespace) -> int:
         conf = av_main.app_conf(self.app)
         out = self.app.stdout
         host, address = parse_gpu(parsed_args.gpu)
@@ -557,7 +598,7 @@ class Move(command.Command):
         out.write('%s\n' % result.message)
         if result.status is pool_move.Status.REFUSED:
             out.write('nothing was changed; state in %s\n' % state)
-            return 1
+            return EXIT_REFUSED
         if result.status is pool_move.Status.WAITING:
             out.write('waiting at step %s; run the same command again to '
                       'continue (state in %s)\n' % (
@@ -570,4 +611,4 @@ class Move(command.Command):
         if av_ledger.save(after, parsed_args.ledger, extra):
             out.write('updated %s\n' % parsed_args.ledger)
         os.replace(state, state + '.done')
-        return 0
+        return EXIT_OK
