@@ -401,7 +401,7 @@ class Ours:
     name = 'ours'
 
     def __init__(self, cluster: list[Node], tasks: list[Task],
-                 candidates: int = 32) -> None:
+                 candidates: int = 256) -> None:
         self.cluster = cluster
         self.by_uuid = {g.uuid: g for n in cluster for g in n.gpus}
         self.by_name = {n.name: n for n in cluster}
@@ -517,7 +517,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument('--seed', type=int, default=1)
     parser.add_argument('--policies', default=','.join(POLICIES),
                         help='comma-separated, of %s' % ', '.join(POLICIES))
-    parser.add_argument('--candidates', type=int, default=32,
+    parser.add_argument('--candidates', type=int, default=256,
                         help='ours: nodes that fit compared per decision '
                              '([scheduler] packing_candidates)')
     args = parser.parse_args(argv)

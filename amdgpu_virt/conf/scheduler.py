@@ -149,7 +149,7 @@ scheduler_opts: list[cfg.Opt] = [
              'Related options:\n\n'
              '* packing_prior_weight\n'),
     cfg.FloatOpt(
-        'packing_prior_weight', default=100.0, min=0.0, max=1000000.0,
+        'packing_prior_weight', default=30.0, min=0.0, max=1000000.0,
         help='How many requests the prior mix weighs once pods have been '
              'seen.\n\n'
              'Possible values:\n\n'
@@ -158,7 +158,7 @@ scheduler_opts: list[cfg.Opt] = [
              'Related options:\n\n'
              '* packing_prior, packing_window\n'),
     cfg.IntOpt(
-        'packing_candidates', default=32, min=1, max=100000,
+        'packing_candidates', default=256, min=1, max=100000,
         help='Most nodes that fit compared per decision, tightest first '
              '(bounds the decision time on large clusters).\n\n'
              'Possible values:\n\n'

@@ -252,7 +252,7 @@ class ClusterCache:
     def __init__(self, strategy: allocator.CuStrategy | None = None,
                  resource: str = hami.RESOURCE_GPU,
                  mix: packing.Mix | None = None,
-                 candidates: int = 32) -> None:
+                 candidates: int = 256) -> None:
         self.strategy = strategy or allocator.BestFitStrategy()
         self.resource = resource
         self.mix = mix

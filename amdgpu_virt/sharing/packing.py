@@ -341,7 +341,7 @@ class Mix:
     """
 
     def __init__(self, prior: Sequence[tuple[Shape, float]] = (),
-                 window: int = 500, prior_weight: float = 100.0,
+                 window: int = 500, prior_weight: float = 30.0,
                  refresh: int = 100) -> None:
         self.prior = tuple(prior) or parse_prior(DEFAULT_PRIOR)
         total = sum(w for _s, w in self.prior)
