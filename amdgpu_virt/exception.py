@@ -206,3 +206,16 @@ class ExtenderRequestError(KubernetesError):
 class NodeLockError(KubernetesError):
     msg_fmt = ('Node %(node)s: lock hami.io/mutex.lock not acquired for pod '
                '%(pod)s: %(reason)s')
+
+
+class AllocationRecordError(KubernetesError):
+    msg_fmt = 'Allocation record %(record)s: %(reason)s'
+
+
+class NotLeader(KubernetesError):
+    msg_fmt = ('Not answering: %(reason)s; the kube-scheduler of this pod '
+               'does not hold the leader lease %(lease)s')
+
+
+class KubernetesNotFound(KubernetesError):
+    msg_fmt = 'Kubernetes request %(request)s failed: %(reason)s'

@@ -13,6 +13,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+import urllib3
 from kubernetes.client import exceptions as k8s_exceptions
 
 from amdgpu_virt import exception
@@ -27,22 +28,28 @@ def call(what: str, func: Any, *args: Any, **kwargs: Any) -> Any:
     """Call the API; errors become ours, naming ``what`` was asked.
 
     :raises KubernetesConflict: 409.
-    :raises KubernetesError: any other API error.
+    :raises KubernetesNotFound: 404.
+    :raises KubernetesError: any other API error, or a transport error
+        (connection reset, truncated answer, timeout).
     """
     try:
         result = func(*args, **kwargs)
+        if kwargs.get('_preload_content') is False:
+            # read the body now (it stays in ``result.data``) and hand the
+            # connection back to the pool: an unread response would hold
+            # it until garbage collection, which then resets it
+            _body = result.data
+            result.release_conn()
     except k8s_exceptions.ConflictException:
         raise exception.KubernetesConflict(obj=what) from None
     except k8s_exceptions.ApiException as err:
+        error = exception.KubernetesNotFound if err.status == 404 \
+            else exception.KubernetesError
+        raise error(request=what, reason='%s %s' % (err.status, err.reason)
+                    ) from None
+    except (urllib3.exceptions.HTTPError, OSError) as err:
         raise exception.KubernetesError(
-            request=what, reason='%s %s' % (err.status, err.reason)
-        ) from None
-    if kwargs.get('_preload_content') is False:
-        # read the body now (it stays in ``result.data``) and hand the
-        # connection back to the pool: an unread response would hold it
-        # until garbage collection, which then resets it
-        _body = result.data
-        result.release_conn()
+            request=what, reason='transport error: %s' % err) from None
     return result
 
 
