@@ -21,7 +21,9 @@ from kubernetes import client
 from amdgpu_virt import conf as conf_pkg
 from amdgpu_virt.inventory import simulate
 from amdgpu_virt.k8s import agent
+from amdgpu_virt.k8s import allocrecord
 from amdgpu_virt.k8s import devices
+from amdgpu_virt.k8s import recordstore
 from amdgpu_virt.k8s import extender
 from amdgpu_virt.k8s import webhook
 from amdgpu_virt.model import HostInventory
@@ -187,6 +189,26 @@ class Cluster(fixtures.Fixture):
             'PodName': meta['name'], 'PodNamespace': meta['namespace'],
             'PodUID': meta['uid'], 'Node': node})
         return result
+
+
+def book(api: Any, node: str, pod: Any, containers: Any,
+         capacity: dict[str, allocrecord.Capacity],
+         when: int | None = None) -> allocrecord.PodGrants:
+    """Book ``containers`` (HAMi PodDevices) for ``pod`` (a dict or a
+    ``V1Pod``) in the allocation record of ``node``, as the extender's
+    filter does."""
+    if isinstance(pod, dict):
+        meta = pod['metadata']
+        uid, namespace, name = meta['uid'], meta['namespace'], meta['name']
+    else:
+        uid, namespace, name = (pod.metadata.uid, pod.metadata.namespace,
+                                pod.metadata.name)
+    record = recordstore.RecordStore(api).update(
+        node, lambda record: allocrecord.book(
+            record, uid, namespace, name,
+            int(time.time()) if when is None else when, containers,
+            capacity))
+    return record.pods[uid]
 
 
 def gpu_pod(name: str, containers: list[dict[str, str]],
