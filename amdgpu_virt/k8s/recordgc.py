@@ -12,6 +12,7 @@ record's ``resourceVersion``; several extenders may collect at once.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import queue
@@ -115,22 +116,21 @@ class Collector:
             if allocrecord.prune(record, live, now, self.unbound_ttl) \
                     is record:
                 continue
-
-            def change(current: allocrecord.Record,
-                       ) -> allocrecord.Record:
-                # what was booked after the pod list is kept
-                known = {uid: node for uid, node in live.items()}
-                for uid in current.pods:
-                    if uid not in record.pods:
-                        known.setdefault(uid, '')
-                return allocrecord.prune(current, known, now,
-                                         self.unbound_ttl)
-
-            new = self.records.update(node, change)
-            removed += len(record.pods) - len(
-                set(record.pods) & set(new.pods))
+            new = self.records.update(node, functools.partial(
+                self._prune, seen=frozenset(record.pods), live=live,
+                now=now))
+            removed += len(set(record.pods) - set(new.pods))
         self.removed += removed
         return removed
+
+    def _prune(self, current: allocrecord.Record, seen: frozenset[str],
+               live: Mapping[str, str], now: int) -> allocrecord.Record:
+        # what was booked after the pods were listed is kept
+        known = dict(live)
+        for uid in current.pods:
+            if uid not in seen:
+                known.setdefault(uid, '')
+        return allocrecord.prune(current, known, now, self.unbound_ttl)
 
     # threads
     def start(self) -> Collector:

@@ -22,6 +22,7 @@ import random
 import threading
 from typing import Any
 
+import fixtures
 import testtools
 from kubernetes import client
 
@@ -71,8 +72,10 @@ class ReliabilityTest(testtools.TestCase):
         kubelet_client = client.ApiClient(config)
         self.addCleanup(kubelet_client.close)
         kubelet_api = client.CoreV1Api(kubelet_client)
+        checkpoints = self.useFixture(fixtures.TempDir()).path
         plugins = {name: deviceplugin.DevicePlugin(
             world.inventories[name], share_count=10,
+            plugin_dir=checkpoints, socket_name=name,
             pod_source=pods_mod.KubernetesPodSource(name, kubelet_api))
             for name in NODES}
         units = {name: {u.uuid: u for u in world.units[name]}

@@ -53,10 +53,11 @@ class ChooseTest(testtools.TestCase):
         self.live = sharedalloc.live_pods(self.record, [_pod('a'),
                                                         _pod('b')])
 
-    def _choose(self, lock: str | None, served: sharedalloc.Served =
-                sharedalloc.Served(), count: int = 1
+    def _choose(self, lock: str | None,
+                served: sharedalloc.Served | None = None, count: int = 1
                 ) -> tuple[allocrecord.PodGrants, int]:
-        return sharedalloc.choose(self.record, self.live, served, lock,
+        return sharedalloc.choose(self.record, self.live,
+                                  served or sharedalloc.Served(), lock,
                                   count, 'req', NOW)
 
     def test_lock_owner_wins(self) -> None:
