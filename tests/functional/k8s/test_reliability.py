@@ -132,6 +132,7 @@ class ReliabilityTest(testtools.TestCase):
 
         def kubelet(node: str) -> None:
             plugin = plugins[node]
+            slots: dict[str, int] = collections.Counter()
             while True:
                 key = node_queues[node].get()
                 if key is None:
@@ -142,7 +143,12 @@ class ReliabilityTest(testtools.TestCase):
                 for number, container in enumerate(wanted):
                     if not container:
                         continue
-                    ids = ['%s-0' % d.uuid for d in container]
+                    # kubelet hands out free device IDs (slots) only
+                    ids = []
+                    for device in container:
+                        slot = slots[device.uuid]
+                        slots[device.uuid] += 1
+                        ids.append('%s-%d' % (device.uuid, slot))
                     try:
                         allocation = plugin.allocate(
                             ids, '%s container %d' % (key, number))
