@@ -81,16 +81,19 @@ class Cluster(fixtures.Fixture):
     :param nodes: node names.
     :param gpus: GPUs per node.
     :param overrides: ``{(group, option): value}`` for the extender.
+    :param extenders: independent extender services (each with its own
+        client and cache, as in processes of their own).
     """
 
     def __init__(self, nodes: tuple[str, ...], gpus: int = 2,
                  overrides: dict[tuple[str, str], Any] | None = None,
-                 history: int = 100000) -> None:
+                 history: int = 100000, extenders: int = 1) -> None:
         super().__init__()
         self.node_names = nodes
         self.gpus = gpus
         self.overrides = overrides or {}
         self.history = history
+        self.extenders = extenders
 
     def _setUp(self) -> None:
         self.kube = self.useFixture(kubeclient.ApiServerFixture(
@@ -117,22 +120,28 @@ class Cluster(fixtures.Fixture):
         conf.set_override('watch_timeout', 30, group='scheduler')
         for (group, option), value in self.overrides.items():
             conf.set_override(option, value, group=group)
-        # the extender gets a client of its own, as in its own process
-        config = client.Configuration(host=self.kube.server.url)
-        config.connection_pool_maxsize = 16
-        ext_client = client.ApiClient(config)
-        self.addCleanup(ext_client.close)
-        self.service = extender.Service(conf, client.CoreV1Api(ext_client))
-        self.service.start()
-        self.addCleanup(self.service.stop)
-        host, port = self.service.address
-        self.http = HttpJson(host, port)
-        self.addCleanup(self.http.close)
-        deadline = time.monotonic() + 20
-        while self.http.request('GET', '/readyz')[0] != 200:
-            if time.monotonic() > deadline:
-                raise AssertionError('extender cache never synced')
-            time.sleep(0.02)
+        self.services: list[extender.Service] = []
+        self.https: list[HttpJson] = []
+        for _n in range(self.extenders):
+            # each extender gets a client of its own, as in its own process
+            config = client.Configuration(host=self.kube.server.url)
+            config.connection_pool_maxsize = 16
+            ext_client = client.ApiClient(config)
+            self.addCleanup(ext_client.close)
+            service = extender.Service(conf, client.CoreV1Api(ext_client))
+            service.start()
+            self.addCleanup(service.stop)
+            host, port = service.address
+            http = HttpJson(host, port)
+            self.addCleanup(http.close)
+            deadline = time.monotonic() + 20
+            while http.request('GET', '/readyz')[0] != 200:
+                if time.monotonic() > deadline:
+                    raise AssertionError('extender cache never synced')
+                time.sleep(0.02)
+            self.services.append(service)
+            self.https.append(http)
+        self.service, self.http = self.services[0], self.https[0]
         self.webhook = webhook.make_server(
             webhook.WebhookPolicy(),
             namespace_labels=webhook.NamespaceLabelCache(self.api))
@@ -177,15 +186,19 @@ class Cluster(fixtures.Fixture):
         return obj
 
     def filter(self, pod: dict[str, Any],
-               nodes: tuple[str, ...] | None = None) -> dict[str, Any]:
-        result: dict[str, Any] = self.http.post('/filter', {
+               nodes: tuple[str, ...] | None = None,
+               via: int = 0) -> dict[str, Any]:
+        """``/filter`` of extender number ``via``."""
+        result: dict[str, Any] = self.https[via].post('/filter', {
             'Pod': pod, 'Nodes': None,
             'NodeNames': list(nodes or self.node_names)})
         return result
 
-    def bind(self, pod: dict[str, Any], node: str) -> dict[str, Any]:
+    def bind(self, pod: dict[str, Any], node: str,
+             via: int = 0) -> dict[str, Any]:
+        """``/bind`` of extender number ``via``."""
         meta = pod['metadata']
-        result: dict[str, Any] = self.http.post('/bind', {
+        result: dict[str, Any] = self.https[via].post('/bind', {
             'PodName': meta['name'], 'PodNamespace': meta['namespace'],
             'PodUID': meta['uid'], 'Node': node})
         return result

@@ -1,8 +1,11 @@
-"""Many pods at once: several extender workers, many nodes, real HTTP.
+"""Many pods at once: two extenders, several workers, many nodes, real HTTP.
 
 Worker threads play kube-scheduler: each filters and binds pods of random
-sizes (seeded) through the extender's HTTP API, all at the same time, on
-20 simulated nodes of 8 GPUs. One thread per node plays kubelet: as soon
+sizes (seeded) through the HTTP API of one of two independent extender
+services (each its own API client and cache, as two processes: a
+failover or a stuck old leader), all at the same time, on 20 simulated
+nodes of 8 GPUs; only the allocation records keep them from booking the
+same CUs. One thread per node plays kubelet: as soon
 as a pod is bound there it calls the node's device plugin Allocate for
 each GPU container (the plugin's own code path, reading and writing the
 API server stand-in; the gRPC transport is covered by test_e2e). Then:
@@ -16,6 +19,8 @@ a reason for every node.
 from __future__ import annotations
 
 import collections
+import functools
+import operator
 import os
 import queue
 import random
@@ -26,8 +31,11 @@ import fixtures
 import testtools
 from kubernetes import client
 
+from amdgpu_virt.k8s import allocrecord
 from amdgpu_virt.k8s import deviceplugin
 from amdgpu_virt.k8s import pods as pods_mod
+from amdgpu_virt.k8s import recordstore
+from amdgpu_virt.k8s import sharedalloc
 from amdgpu_virt.sharing import cumask
 from amdgpu_virt.sharing import hami
 from tests.functional.k8s import cluster
@@ -63,7 +71,8 @@ class ReliabilityTest(testtools.TestCase):
     def test_many_pods_many_workers(self) -> None:
         count = int(os.environ.get('AMDGPU_VIRT_RELIABILITY_PODS', '1000'))
         world = self.useFixture(cluster.Cluster(
-            NODES, gpus=8, overrides={('scheduler', 'node_lock_wait'): 20.0}))
+            NODES, gpus=8, overrides={('scheduler', 'node_lock_wait'): 20.0},
+            extenders=2))
         rng = random.Random(SEED)
         created = [world.kube.server.put_object('pods', _random_pod(rng, n))
                    for n in range(count)]
@@ -95,19 +104,28 @@ class ReliabilityTest(testtools.TestCase):
         env_masks: dict[tuple[str, str], list[tuple[str, int]]] = \
             collections.defaultdict(list)
 
-        def scheduler() -> None:
+        def scheduler(via: int) -> None:
             while True:
                 pod = work.get()
                 if pod is None:
                     return
                 key = pod['metadata']['name']
                 for _attempt in range(5):
-                    answer = world.filter(pod)
+                    answer = world.filter(pod, via=via)
                     if answer['Error']:
                         with lock:
                             errors.append('%s filter: %s' % (
                                 key, answer['Error']))
                         break
+                    if not answer['NodeNames'] and any(
+                            'booked concurrently' in reason
+                            for reason in answer['FailedNodes'].values()):
+                        # the other extender won the record: kube-scheduler
+                        # tries the pod again
+                        with lock:
+                            retried.append('%s filter: %s' % (
+                                key, answer['FailedNodes']))
+                        continue
                     if not answer['NodeNames']:
                         reasons = dict(answer['FailedNodes'])
                         reasons.update(answer['FailedAndUnresolvableNodes'])
@@ -115,7 +133,7 @@ class ReliabilityTest(testtools.TestCase):
                             rejected[key] = reasons
                         break
                     node = answer['NodeNames'][0]
-                    result = world.bind(pod, node)
+                    result = world.bind(pod, node, via=via)
                     if not result['Error']:
                         with lock:
                             bound_to[key].append(node)
@@ -169,8 +187,8 @@ class ReliabilityTest(testtools.TestCase):
 
         kubelets = [threading.Thread(target=kubelet, args=(name,),
                                      daemon=True) for name in NODES]
-        workers = [threading.Thread(target=scheduler, daemon=True)
-                   for _n in range(WORKERS)]
+        workers = [threading.Thread(target=scheduler, args=(n % 2,),
+                                    daemon=True) for n in range(WORKERS)]
         for thread in kubelets + workers:
             thread.start()
         for _n in workers:
@@ -186,7 +204,8 @@ class ReliabilityTest(testtools.TestCase):
         # retries are rare and only for held node locks
         self.assertLess(len(retried), count // 20, retried[:5])
         for message in retried:
-            self.assertIn('hami.io/mutex.lock not acquired', message)
+            self.assertTrue('hami.io/mutex.lock not acquired' in message or
+                            'booked concurrently' in message, message)
         # every pod bound once or rejected with a reason for every node
         self.assertEqual(count, len(bound_to) + len(rejected))
         self.assertFalse(set(bound_to) & set(rejected))
@@ -222,6 +241,25 @@ class ReliabilityTest(testtools.TestCase):
             self.assertLessEqual(slots, 10)
             self.assertLessEqual(cores, unit.compute_units)
             self.assertLessEqual(mem, unit.vram_mib)
+        # the records: nothing over-committed, each bound pod booked once,
+        # on its node, with what its containers got
+        store = recordstore.RecordStore(world.api)
+        booked: dict[str, str] = {}
+        for name in NODES:
+            record = store.read(name)[0]
+            allocrecord.check(record, sharedalloc.capacity(
+                world.units[name], 10))
+            for grants in record.pods.values():
+                self.assertNotIn(grants.name, booked)
+                booked[grants.name] = name
+                got = {(name, gpu): mask
+                       for gpu, mask in grants.masks().items()}
+                for (node, gpu), mask in got.items():
+                    held = [m for k, m in env_masks[(node, gpu)]
+                            if k == grants.name]
+                    self.assertEqual(mask, functools.reduce(
+                        operator.or_, held, 0), grants.name)
+        self.assertEqual({k: v[0] for k, v in bound_to.items()}, booked)
         # every node lock released
         for name in NODES:
             node = world.kube.server.get_object('nodes', name)
