@@ -272,7 +272,8 @@ class Extender:
             # another writer booked these GPUs first: the record wins
             self.cache.cancel(key)
             failed = dict(decision.failed)
-            failed[node] = 'booked concurrently, retry: %s' % err
+            failed[node] = 'refused by its allocation record (booked ' \
+                'concurrently by another pod or scheduler; retry): %s' % err
             LOG.info('pod %s: node %s refused by its record: %s', key,
                      node, err)
             return self._answer(args, [], as_nodes, failed,

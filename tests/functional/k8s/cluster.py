@@ -27,6 +27,7 @@ from amdgpu_virt.k8s import recordstore
 from amdgpu_virt.k8s import extender
 from amdgpu_virt.k8s import webhook
 from amdgpu_virt.model import HostInventory
+from tests.functional.fixtures import faultproxy
 from tests.functional.fixtures import kubeclient
 
 
@@ -83,17 +84,21 @@ class Cluster(fixtures.Fixture):
     :param overrides: ``{(group, option): value}`` for the extender.
     :param extenders: independent extender services (each with its own
         client and cache, as in processes of their own).
+    :param faults: arguments of a :class:`~.faultproxy.FaultProxy` the
+        extenders reach the API server through (``proxy``).
     """
 
     def __init__(self, nodes: tuple[str, ...], gpus: int = 2,
                  overrides: dict[tuple[str, str], Any] | None = None,
-                 history: int = 100000, extenders: int = 1) -> None:
+                 history: int = 100000, extenders: int = 1,
+                 faults: dict[str, Any] | None = None) -> None:
         super().__init__()
         self.node_names = nodes
         self.gpus = gpus
         self.overrides = overrides or {}
         self.history = history
         self.extenders = extenders
+        self.faults = faults
 
     def _setUp(self) -> None:
         self.kube = self.useFixture(kubeclient.ApiServerFixture(
@@ -122,10 +127,18 @@ class Cluster(fixtures.Fixture):
             conf.set_override(option, value, group=group)
         self.services: list[extender.Service] = []
         self.https: list[HttpJson] = []
+        self.proxy: faultproxy.FaultProxy | None = None
+        url = self.kube.server.url
+        if self.faults is not None:
+            self.proxy = faultproxy.FaultProxy(url, **self.faults).start()
+            self.addCleanup(self.proxy.stop)
+            url = self.proxy.url
         for _n in range(self.extenders):
             # each extender gets a client of its own, as in its own process
-            config = client.Configuration(host=self.kube.server.url)
+            config = client.Configuration(host=url)
             config.connection_pool_maxsize = 16
+            if self.proxy is not None:
+                config.retries = 0
             ext_client = client.ApiClient(config)
             self.addCleanup(ext_client.close)
             service = extender.Service(conf, client.CoreV1Api(ext_client))

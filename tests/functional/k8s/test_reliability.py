@@ -118,7 +118,7 @@ class ReliabilityTest(testtools.TestCase):
                                 key, answer['Error']))
                         break
                     if not answer['NodeNames'] and any(
-                            'booked concurrently' in reason
+                            'allocation record' in reason
                             for reason in answer['FailedNodes'].values()):
                         # the other extender won the record: kube-scheduler
                         # tries the pod again
@@ -205,7 +205,7 @@ class ReliabilityTest(testtools.TestCase):
         self.assertLess(len(retried), count // 20, retried[:5])
         for message in retried:
             self.assertTrue('hami.io/mutex.lock not acquired' in message or
-                            'booked concurrently' in message, message)
+                            'allocation record' in message, message)
         # every pod bound once or rejected with a reason for every node
         self.assertEqual(count, len(bound_to) + len(rejected))
         self.assertFalse(set(bound_to) & set(rejected))
