@@ -225,3 +225,8 @@ class AllocationRecordError(KubernetesError):
 class NotLeader(KubernetesError):
     msg_fmt = ('Not answering: %(reason)s; the kube-scheduler of this pod '
                'does not hold the leader lease %(lease)s')
+
+
+class MemoryHookError(DevicePluginError):
+    msg_fmt = ('Memory-limit hook library %(path)s is not usable: '
+               '%(reason)s')
