@@ -2,12 +2,10 @@
 
 The API server stand-in authenticates bearer tokens, authorizes with RBAC
 and runs ValidatingAdmissionPolicies with a real CEL engine (see
-:mod:`tests.functional.fixtures.apiauth`). The RBAC objects and the
-policies below are the ones the project's manifests describe: a tenant
-owns the pods of its namespace and nothing else; the node account may
-read and patch nodes and pods and read the allocation records; only the
-project's accounts may change ``hami.io/*`` pod annotations, and a node's
-account only its own Node and the pods bound to it.
+:mod:`tests.functional.fixtures.apiauth`). The project's RBAC objects and
+admission policies are loaded from the shipped manifests
+(``deploy/kubernetes/rbac.yaml``, ``admission-policies.yaml``); a tenant
+owns the pods of its namespace and nothing else.
 
 Threat 2: a tenant creates or patches ``hami.io/*`` annotations on its
 pod, to claim a GPU, to make its CUs look free, or to poison a node.
@@ -19,9 +17,11 @@ booked or allocated may be lost.
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
 
 import testtools
+import yaml
 from kubernetes import client
 from kubernetes.client import exceptions as k8s_exceptions
 
@@ -41,95 +41,32 @@ TOKENS = {
     'scheduler': apiauth.service_account(NAMESPACE, 'amdgpu-virt-scheduler'),
 }
 _RBAC = 'rbac.authorization.k8s.io'
+MANIFESTS = os.path.join(os.path.dirname(__file__), '..', '..', '..',
+                         'deploy', 'kubernetes')
+_PLURALS = {'Role': 'roles', 'RoleBinding': 'rolebindings',
+            'ClusterRole': 'clusterroles',
+            'ClusterRoleBinding': 'clusterrolebindings',
+            'ValidatingAdmissionPolicy': 'validatingadmissionpolicies',
+            'ValidatingAdmissionPolicyBinding':
+            'validatingadmissionpolicybindings'}
 
 
-def _role(kind: str, name: str, rules: list[dict[str, Any]],
-          namespace: str | None = None) -> dict[str, Any]:
-    meta: dict[str, Any] = {'name': name}
-    if namespace:
-        meta['namespace'] = namespace
-    return {'apiVersion': '%s/v1' % _RBAC, 'kind': kind, 'metadata': meta,
-            'rules': rules}
+def shipped(name: str) -> list[dict[str, Any]]:
+    """The RBAC and admission objects of a shipped manifest."""
+    with open(os.path.join(MANIFESTS, name)) as stream:
+        return [doc for doc in yaml.safe_load_all(stream)
+                if doc and doc.get('kind') in _PLURALS]
 
 
-def _rule(resources: list[str], verbs: list[str],
-          group: str = '') -> dict[str, Any]:
-    return {'apiGroups': [group], 'resources': resources, 'verbs': verbs}
-
-
-#: the RBAC of the manifests (least privilege, as they list it)
-RBAC = [
-    ('roles', _role('Role', 'tenant', [
-        _rule(['pods'], ['get', 'list', 'watch', 'create', 'update',
-                         'patch', 'delete'])], 'team'),
-     'rolebindings', 'User', 'tenant', 'team'),
-    ('clusterroles', _role('ClusterRole', 'amdgpu-virt-node', [
-        _rule(['nodes'], ['get', 'list', 'watch', 'patch']),
-        _rule(['pods'], ['get', 'list', 'watch', 'patch'])]),
-     'clusterrolebindings', 'ServiceAccount', 'amdgpu-virt-node', None),
-    ('roles', _role('Role', 'amdgpu-virt-node-records', [
-        _rule(['configmaps'], ['get', 'list', 'watch'])], NAMESPACE),
-     'rolebindings', 'ServiceAccount', 'amdgpu-virt-node', NAMESPACE),
-    ('clusterroles', _role('ClusterRole', 'amdgpu-virt-scheduler', [
-        _rule(['nodes'], ['get', 'list', 'watch', 'patch']),
-        _rule(['pods'], ['get', 'list', 'watch', 'patch']),
-        _rule(['pods/binding'], ['create'])]),
-     'clusterrolebindings', 'ServiceAccount', 'amdgpu-virt-scheduler', None),
-    ('roles', _role('Role', 'amdgpu-virt-scheduler-records', [
-        _rule(['configmaps'], ['get', 'list', 'watch', 'create', 'update',
-                               'patch'])], NAMESPACE),
-     'rolebindings', 'ServiceAccount', 'amdgpu-virt-scheduler', NAMESPACE),
-]
-
-_HAMI_KEYS = ("(has(o.metadata.annotations) ? "
-              "o.metadata.annotations.filter(k, k.startsWith('hami.io/'))"
-              " : [])")
-
-#: the admission policies of the manifests
-POLICIES = [
-    {'metadata': {'name': 'amdgpu-virt-hami-annotations'}, 'spec': {
-        'failurePolicy': 'Fail',
-        'matchConstraints': {'resourceRules': [{
-            'apiGroups': [''], 'apiVersions': ['v1'],
-            'operations': ['CREATE', 'UPDATE'], 'resources': ['pods']}]},
-        'matchConditions': [{'name': 'not-the-project', 'expression':
-                             "!(request.userInfo.username in ['%s', '%s'])"
-                             % (SCHEDULER, NODE)}],
-        'variables': [
-            {'name': 'new', 'expression': '[object].map(o, %s)[0]'
-             % _HAMI_KEYS},
-            {'name': 'old', 'expression':
-             "oldObject == null ? [] : [oldObject].map(o, %s)[0]"
-             % _HAMI_KEYS}],
-        'validations': [{
-            'expression':
-                "variables.new.size() == variables.old.size() && "
-                "variables.new.all(k, k in variables.old && "
-                "object.metadata.annotations[k] == "
-                "oldObject.metadata.annotations[k])",
-            'message': 'hami.io/* annotations of pods are written only by '
-                       'the amdgpu-virt scheduler and node accounts'}]}},
-    {'metadata': {'name': 'amdgpu-virt-node-restriction'}, 'spec': {
-        'failurePolicy': 'Fail',
-        'matchConstraints': {'resourceRules': [{
-            'apiGroups': [''], 'apiVersions': ['v1'],
-            'operations': ['UPDATE'], 'resources': ['nodes', 'pods',
-                                                    'nodes/status',
-                                                    'pods/status']}]},
-        'matchConditions': [{'name': 'node-account', 'expression':
-                             "request.userInfo.username == '%s'" % NODE}],
-        'variables': [{'name': 'node', 'expression':
-                       "'%s' in request.userInfo.extra ? "
-                       "request.userInfo.extra['%s'][0] : ''"
-                       % ((apiauth.NODE_NAME_EXTRA,) * 2)}],
-        'validations': [{
-            'expression':
-                "variables.node != '' && (request.resource.resource == "
-                "'nodes' ? object.metadata.name == variables.node : "
-                "has(oldObject.spec.nodeName) && "
-                "oldObject.spec.nodeName == variables.node)",
-            'message': 'a node account writes only its own Node and the '
-                       'pods bound to it'}]}},
+#: a tenant owns the pods of its namespace, and nothing else
+TENANT = [
+    {'kind': 'Role', 'metadata': {'name': 'tenant', 'namespace': 'team'},
+     'rules': [{'apiGroups': [''], 'resources': ['pods'], 'verbs': [
+         'get', 'list', 'watch', 'create', 'update', 'patch', 'delete']}]},
+    {'kind': 'RoleBinding', 'metadata': {'name': 'tenant',
+                                         'namespace': 'team'},
+     'subjects': [{'kind': 'User', 'name': 'tenant'}],
+     'roleRef': {'apiGroup': _RBAC, 'kind': 'Role', 'name': 'tenant'}},
 ]
 
 
@@ -142,30 +79,14 @@ class ThreatTest(testtools.TestCase):
         self.admin = self.kube.api
         for name in ('team', NAMESPACE):
             self.admin.create_namespace({'metadata': {'name': name}})
-        rbac = client.RbacAuthorizationV1Api(self.kube.api_client)
-        for plural, role, bplural, kind, subject, namespace in RBAC:
-            name = role['metadata']['name']
-            if plural == 'roles':
-                rbac.create_namespaced_role(namespace, role)
-            else:
-                rbac.create_cluster_role(role)
-            subjects = [{'kind': kind, 'name': subject}]
-            if kind == 'ServiceAccount':
-                subjects[0]['namespace'] = NAMESPACE
-            binding = {'metadata': {'name': name}, 'subjects': subjects,
-                       'roleRef': {'apiGroup': _RBAC, 'kind': role['kind'],
-                                   'name': name}}
-            if bplural == 'rolebindings':
-                rbac.create_namespaced_role_binding(namespace, binding)
-            else:
-                rbac.create_cluster_role_binding(binding)
-        admission = client.AdmissionregistrationV1Api(self.kube.api_client)
-        for policy in POLICIES:
-            admission.create_validating_admission_policy(policy)
-            admission.create_validating_admission_policy_binding({
-                'metadata': {'name': policy['metadata']['name']},
-                'spec': {'policyName': policy['metadata']['name'],
-                         'validationActions': ['Deny']}})
+        # the project's RBAC and admission policies as the manifests
+        # ship them
+        objects = TENANT + shipped('rbac.yaml') + shipped(
+            'admission-policies.yaml')
+        self.assertIn('amdgpu-virt-allocation-annotations', [
+            o['metadata']['name'] for o in objects])
+        for obj in objects:
+            self.kube.server.put_object(_PLURALS[obj['kind']], obj)
         for name in ('a', 'b'):
             self.admin.create_node({'metadata': {'name': name}})
         self.tenant = client.CoreV1Api(self.kube.client_for('tenant'))
@@ -215,7 +136,7 @@ class ThreatTest(testtools.TestCase):
             hami.VGPU_NODE: 'a', hami.BIND_PHASE: 'allocating'})
         message = self._refused(self.tenant.create_namespaced_pod, 'team',
                                 pod)
-        self.assertIn('amdgpu-virt-hami-annotations', message)
+        self.assertIn('amdgpu-virt-allocation-annotations', message)
         self.assertIsNone(self.kube.server.get_object('pods', 'claim',
                                                       'team'))
 
@@ -230,16 +151,16 @@ class ThreatTest(testtools.TestCase):
             # poison the node: unreadable values tied to it
             {hami.DEVICES_ALLOCATED: 'garbage', hami.VGPU_NODE: 'b'},
             {hami.BIND_PHASE: 'allocating', hami.BIND_TIME: '1'},
-            {hami.NODE_LOCK: 'x'},
         ]
-        for annotations in attacks:
+        for attack in attacks:
             for content_type in ('application/merge-patch+json',
                                  'application/strategic-merge-patch+json'):
                 message = self._refused(
                     self.tenant.patch_namespaced_pod, 'job', 'team',
-                    {'metadata': {'annotations': annotations}},
+                    {'metadata': {'annotations': attack}},
                     _content_type=content_type)
-                self.assertIn('written only by the amdgpu-virt', message)
+                self.assertIn('may not set, change or remove the GPU '
+                              'allocation annotation', message)
         # a JSON patch that removes every annotation
         self._refused(self.tenant.patch_namespaced_pod, 'job', 'team',
                       [{'op': 'remove', 'path': '/metadata/annotations'}])
@@ -271,7 +192,7 @@ class ThreatTest(testtools.TestCase):
         records = {n: self.records.read(n)[0] for n in ('a', 'b')}
         lock = {'metadata': {'annotations': {hami.NODE_LOCK: 'x'}}}
         message = self._refused(self.node.patch_node, 'b', lock)
-        self.assertIn('only its own Node', message)
+        self.assertIn('of node a may not write node b', message)
         self._refused(self.node.patch_node_status, 'b', {'status': {
             'capacity': {'amd.com/gpu': '0'}}})
         self._refused(self.node.patch_namespaced_pod, 'elsewhere', 'team',
