@@ -34,6 +34,7 @@ import re
 from collections.abc import Iterable
 from collections.abc import Mapping
 from typing import Any
+from typing import NoReturn
 
 from amdgpu_virt import exception
 from amdgpu_virt.sharing import allocator
@@ -140,7 +141,7 @@ def capacity_of(devices: Iterable[hami.DeviceInfo]) -> dict[str, Capacity]:
 
 # --- codec -------------------------------------------------------------------
 
-def _fail(where: str, field: str, reason: str) -> Any:
+def _fail(where: str, field: str, reason: str) -> NoReturn:
     raise exception.AllocationRecordError(record=where, reason='%s: %s' % (
         field, reason))
 

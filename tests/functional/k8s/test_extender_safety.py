@@ -53,13 +53,6 @@ class _Base(testtools.TestCase):
         return (self.server.get_object('nodes', node)['metadata'].get(
             'annotations') or {}).get(hami.NODE_LOCK)
 
-    def _wait(self, predicate: Any, what: str) -> None:
-        deadline = time.monotonic() + 10
-        while not predicate():
-            if time.monotonic() > deadline:
-                raise AssertionError('timed out waiting for %s' % what)
-            time.sleep(0.02)
-
 
 class DirectCallerTest(_Base):
     """Threat 3: requests that kube-scheduler would never send."""
@@ -120,8 +113,9 @@ class DirectCallerTest(_Base):
         node = self.cluster.filter(pod)['NodeNames'][0]
         self.assertIsNotNone(self._records()[node].find('team', 'p'))
         self.cluster.api.delete_namespaced_pod('p', 'team')
-        self._wait(lambda: self._records()[node].find('team', 'p') is None,
-                   'the booking of a deleted pod to go')
+        self.assertTrue(faultproxy.wait_for(
+            lambda: self._records()[node].find('team', 'p') is None),
+            'the booking of a deleted pod stayed')
         answer = self.cluster.bind(pod, node)
         self.assertIn('GET pod team/p', answer['Error'])
         self.assertIsNone(self._lock(node))
