@@ -148,7 +148,7 @@ scheduler_opts: list[cfg.Opt] = [
              'Related options:\n\n'
              '* leader_lease\n'),
     cfg.FloatOpt(
-        'record_sweep_interval', default=30.0, min=1.0, max=3600.0,
+        'record_sweep_interval', default=120.0, min=1.0, max=3600.0,
         help='Seconds between two sweeps of the allocation records that '
              'remove the bookings of pods that are gone, finished, or '
              'unbound for longer than node_lock_timeout.\n\n'

@@ -52,7 +52,7 @@ class Collector:
     """
 
     def __init__(self, records: recordstore.RecordStore, core_api: Any,
-                 interval: float = 30.0, unbound_ttl: int = 300) -> None:
+                 interval: float = 120.0, unbound_ttl: int = 300) -> None:
         self.records = records
         self.api = core_api
         self.interval = interval

@@ -120,6 +120,28 @@ class DirectCallerTest(_Base):
         self.assertIn('GET pod team/p', answer['Error'])
         self.assertIsNone(self._lock(node))
 
+    def test_the_sweep_removes_what_nobody_holds(self) -> None:
+        live = self._pod('live')
+        node = self.cluster.filter(live)['NodeNames'][0]
+        stale = self._pod('stale')
+        capacity = allocrecord.capacity_of(
+            g.info for g in self.cluster.service.cache.view(node).gpus)
+        devices = ((hami.ContainerDevice(next(iter(capacity)), 'AMD', 1,
+                                         1),),)
+        # a pod that is gone, and one left unbound since long ago (its
+        # scheduler died between filter and bind)
+        for uid, name, when in (('ghost-uid', 'ghost', int(time.time())),
+                                (stale['metadata']['uid'], 'stale', 1)):
+            self.store.update(node, lambda r, uid=uid, name=name,
+                              when=when: allocrecord.book(
+                                  r, uid, 'team', name, when, devices,
+                                  capacity))
+        self.assertEqual(3, len(self._records()[node].pods))
+        self.assertEqual(2, self.cluster.service.collector.sweep())
+        record = self._records()[node]
+        self.assertEqual(['live'], [g.name for g in record.pods.values()])
+        self.assertEqual(0, self.cluster.service.collector.sweep())
+
     def test_filter_after_filter_moves_the_booking(self) -> None:
         pod = self._pod('p')
         first = self.cluster.filter(pod)['NodeNames'][0]
