@@ -263,6 +263,7 @@ class Extender:
                 '%s: %s' % item for item in sorted(
                     {**decision.failed, **decision.unresolvable}.items())
                 [:5]))
+            self._forget(pod, uid, key, earlier - {None})
             return self._answer(args, [], as_nodes, decision.failed,
                                 decision.unresolvable), 'nofit'
         node = decision.fit.node
@@ -328,6 +329,30 @@ class Extender:
             record, uid, namespace, name, when, containers, capacity,
             self.cache.strategy))
         return record.pods[uid]
+
+    def _forget(self, pod: dict[str, Any], uid: str, key: str,
+                nodes: set[str | None]) -> None:
+        """A pod placed before that fits nowhere now holds nothing: its
+        bookings, its reservation and its mirror annotations go."""
+        if not nodes:
+            return
+        self.cache.cancel(key)
+        for node in nodes:
+            self._unbook(str(node), uid, key)
+        meta = pod.get('metadata') or {}
+        try:
+            pods.call('PATCH pod %s' % key, self.api.patch_namespaced_pod,
+                      meta.get('name'), meta.get('namespace'),
+                      {'metadata': {'uid': uid, 'labels': {
+                          hami.VGPU_NODE: None}, 'annotations': {
+                          name: None for name in (
+                              hami.DEVICES_TO_ALLOCATE,
+                              hami.DEVICES_ALLOCATED, hami.VGPU_NODE,
+                              hami.CU_ALLOCATED)}}},
+                      _content_type=pods.MERGE_PATCH, _preload_content=False)
+        except exception.AmdgpuVirtError as err:
+            LOG.warning('pod %s: mirror annotations not removed: %s', key,
+                        err)
 
     def _unbook(self, node: str, uid: str, key: str) -> None:
         """Best effort: the pod no longer holds anything on ``node``

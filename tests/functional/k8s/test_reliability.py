@@ -16,7 +16,7 @@ a reason for every node.
 ``AMDGPU_VIRT_RELIABILITY_PODS`` sets the number of pods (default 1000);
 ``AMDGPU_VIRT_RELIABILITY_FAULT_PODS`` those of the same run with the
 fault-injection proxy between the API server stand-in and the extenders
-and kubelet (default 150; 500s, resets, answers lost after the write,
+and kubelet (default 100; 500s, resets, answers lost after the write,
 truncated answers and delays by seeded schedule): the same invariants
 hold, every failed request being retried as kube-scheduler and kubelet
 retry.
@@ -32,6 +32,7 @@ import queue
 import random
 import re
 import threading
+import time
 from typing import Any
 
 import fixtures
@@ -91,7 +92,7 @@ class ReliabilityTest(testtools.TestCase):
         # proxy: 500s, resets, answers lost after the write, truncated
         # answers and delays, by seeded schedule
         self._run(int(os.environ.get('AMDGPU_VIRT_RELIABILITY_FAULT_PODS',
-                                     '150')), FAULTS)
+                                     '100')), FAULTS)
 
     def _run(self, count: int, faults: dict[str, Any] | None) -> None:
         world = self.useFixture(cluster.Cluster(
@@ -136,7 +137,11 @@ class ReliabilityTest(testtools.TestCase):
                 if pod is None:
                     return
                 key = pod['metadata']['name']
-                for _attempt in range(5 if faults is None else 20):
+                for attempt in range(5 if faults is None else 20):
+                    if attempt:
+                        # kube-scheduler backs a failed pod off (1 s up to
+                        # 10 s), letting the watches catch up
+                        time.sleep(min(0.05 * 2 ** attempt, 2.0))
                     answer = world.filter(pod, via=via)
                     bound = re.search(r'already bound to node (\S+);',
                                       answer['Error'])
