@@ -343,12 +343,12 @@ class Extender:
         try:
             pods.call('PATCH pod %s' % key, self.api.patch_namespaced_pod,
                       meta.get('name'), meta.get('namespace'),
-                      {'metadata': {'uid': uid, 'labels': {
-                          hami.VGPU_NODE: None}, 'annotations': {
-                          name: None for name in (
+                      {'metadata': {
+                          'uid': uid, 'labels': {hami.VGPU_NODE: None},
+                          'annotations': dict.fromkeys((
                               hami.DEVICES_TO_ALLOCATE,
                               hami.DEVICES_ALLOCATED, hami.VGPU_NODE,
-                              hami.CU_ALLOCATED)}}},
+                              hami.CU_ALLOCATED))}},
                       _content_type=pods.MERGE_PATCH, _preload_content=False)
         except exception.AmdgpuVirtError as err:
             LOG.warning('pod %s: mirror annotations not removed: %s', key,

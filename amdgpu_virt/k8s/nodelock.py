@@ -7,6 +7,8 @@ backoff) and refuses a lock that is held, as HAMi does, even by the same
 pod, unless it is *stale*:
 
 * expired: older than the lock timeout (HAMi: 5 minutes);
+* its owner pod has finished or was allocated (``hami.io/bind-phase:
+  success``: the device plugin's release was lost);
 * its owner pod no longer exists, has finished, or is not bound to the
   node, once the lock is older than ``grace`` seconds: within the grace a
   bind in progress (the lock is taken before the binding) keeps its lock,
@@ -91,7 +93,11 @@ class NodeLocker:
         except exception.KubernetesNotFound:
             return 'gone'
         pod = json.loads(response.data)
-        if (pod.get('status') or {}).get('phase') in DONE_PHASES:
+        annotations = (pod.get('metadata') or {}).get('annotations') or {}
+        if (pod.get('status') or {}).get('phase') in DONE_PHASES or \
+                annotations.get(hami.BIND_PHASE) == \
+                hami.BindPhase.SUCCESS.value:
+            # finished, or every container allocated (a release was lost)
             return 'done'
         if node != '?' and (pod.get('spec') or {}).get('nodeName') != node:
             return 'unbound'
