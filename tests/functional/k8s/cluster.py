@@ -20,12 +20,15 @@ from kubernetes import client
 
 from amdgpu_virt import conf as conf_pkg
 from amdgpu_virt.inventory import simulate
+from amdgpu_virt.k8s import admission
 from amdgpu_virt.k8s import agent
 from amdgpu_virt.k8s import allocrecord
 from amdgpu_virt.k8s import devices
 from amdgpu_virt.k8s import recordstore
 from amdgpu_virt.k8s import extender
 from amdgpu_virt.k8s import webhook
+from amdgpu_virt.k8s import webhookapi
+from amdgpu_virt.policy import engine as policy_engine
 from amdgpu_virt.model import HostInventory
 from tests.functional.fixtures import faultproxy
 from tests.functional.fixtures import kubeclient
@@ -122,6 +125,7 @@ class Cluster(fixtures.Fixture):
                             self.units[name], 10).sync_once()
         conf = conf_pkg.new_conf()
         conf.set_override('port', 0, group='scheduler')
+        conf.set_override('metrics_port', 0, group='scheduler')
         conf.set_override('watch_timeout', 30, group='scheduler')
         for (group, option), value in self.overrides.items():
             conf.set_override(option, value, group=group)
@@ -157,13 +161,12 @@ class Cluster(fixtures.Fixture):
         self.service, self.http = self.services[0], self.https[0]
         self.webhook = webhook.make_server(
             webhook.WebhookPolicy(),
-            namespace_labels=webhook.NamespaceLabelCache(self.api))
-        thread = threading.Thread(target=self.webhook.serve_forever,
-                                  daemon=True)
-        thread.start()
-        self.addCleanup(thread.join, 10)
-        self.addCleanup(self.webhook.server_close)
-        self.addCleanup(self.webhook.shutdown)
+            namespace_labels=webhook.NamespaceLabelCache(self.api),
+            intent=admission.IntentPolicy(
+                policy_engine.Engine(conf),
+                webhookapi.ClusterModels(self.api)),
+            events=webhookapi.EventRecorder(self.api))
+        serve(self, self.webhook)
         whost, wport = self.webhook.server_address[:2]
         self.webhook_http = HttpJson(str(whost), int(wport))
         self.addCleanup(self.webhook_http.close)
@@ -235,6 +238,18 @@ def book(api: Any, node: str, pod: Any, containers: Any,
             int(time.time()) if when is None else when, containers,
             capacity))
     return record.pods[uid]
+
+
+def serve(test: Any, server: Any) -> str:
+    """Serve ``server`` in a thread until ``test`` (a TestCase or
+    Fixture) cleans up; :returns: its ``http://host:port`` URL."""
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    test.addCleanup(thread.join, 10)
+    test.addCleanup(server.server_close)
+    test.addCleanup(server.shutdown)
+    host, port = server.server_address[:2]
+    return 'http://%s:%d' % (host, port)
 
 
 def gpu_pod(name: str, containers: list[dict[str, str]],

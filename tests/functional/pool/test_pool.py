@@ -14,6 +14,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import socket
 import shutil
 import unittest
 import uuid
@@ -26,6 +27,7 @@ from amdgpu_virt import conf as conf_pkg
 from amdgpu_virt import ledger as av_ledger
 from amdgpu_virt import yamlutil
 from amdgpu_virt.cmd import main as av_main
+from amdgpu_virt.cmd import pool as cmd_pool
 from amdgpu_virt.inventory import simulate
 from amdgpu_virt.inventory import snapshot
 from amdgpu_virt.k8s import agent
@@ -175,16 +177,26 @@ class PoolTestCase(testtools.TestCase):
             type='AMD Instinct MI300X', health=True, devicevendor='amd',
             custominfo={hami.CUSTOMINFO_PCI_BDF: address})
 
-    def pod(self, host, name, device_ids):
+    def pod(self, host, name, device_ids, bound=True):
+        """A pod holding ``device_ids`` of ``host``: bound, or chosen by
+        the extender and being bound (not yet on the node)."""
         value = hami.encode_pod_devices([[hami.ContainerDevice(
             d, 'AMD Instinct MI300X', 8192, 76) for d in device_ids]])
-        self.k8s.server.put_object('pods', {
+        pod = {
             'apiVersion': 'v1', 'kind': 'Pod',
             'metadata': {'name': name, 'namespace': 'default',
                          'annotations': {hami.DEVICES_ALLOCATED: value}},
             'spec': {'nodeName': host, 'containers': [
                 {'name': 'c', 'image': 'busybox'}]},
-            'status': {'phase': 'Running'}})
+            'status': {'phase': 'Running'}}
+        if not bound:
+            del pod['spec']['nodeName']
+            pod['status']['phase'] = 'Pending'
+            pod['metadata']['labels'] = {hami.VGPU_NODE: host}
+            pod['metadata']['annotations'].update({
+                hami.DEVICES_TO_ALLOCATE: value, hami.VGPU_NODE: host,
+                hami.BIND_PHASE: 'allocating'})
+        self.k8s.server.put_object('pods', pod)
 
     def audit(self, *extra):
         rc, stdout, stderr = self.run_cli(
@@ -296,14 +308,15 @@ class TestAudit(PoolTestCase):
                          self.kinds(report, self.k8s_host, GPU0))
 
     def test_drift_and_one_sided_audit(self):
-        # nothing is offered anywhere: stranded capacity, no conflict
+        # nothing is offered anywhere: stranded capacity, no conflict:
+        # drift, with its own exit status
         rc, report, _stderr = self.audit()
-        self.assertEqual(0, rc)
+        self.assertEqual(cmd_pool.EXIT_DRIFT, rc)
         self.assertEqual(['not-offered'], self.kinds(report))
         self.assertEqual(4, report['stranded'])
         # a deployment without Kubernetes: its GPUs are not reported
         rc, report, _stderr = self.audit('--no-k8s')
-        self.assertEqual(0, rc)
+        self.assertEqual(cmd_pool.EXIT_DRIFT, rc)
         self.assertEqual(['nova'], report['sides'])
         self.assertEqual({self.vm_host},
                          {f['host'] for f in report['findings']})
@@ -313,7 +326,7 @@ class TestAudit(PoolTestCase):
                         ledgermap.Location('kube-system',
                                            'amdgpu-virt-ledger'))
         rc, report, stderr = self.audit()
-        self.assertEqual(0, rc)
+        self.assertEqual(cmd_pool.EXIT_DRIFT, rc)   # stranded, no conflict
         self.assertIn('configmap kube-system/amdgpu-virt-ledger holds '
                       'another ledger', stderr)
         self.assertEqual(1, len(report['warnings']))
@@ -525,7 +538,9 @@ class TestMove(PoolTestCase):
                 {'hostname': self.vm_host, 'gpus': 2,
                  'gpu_modes': ['gim-cpx', 'spx']}]}))
         rc, report, _stderr = self.audit()
-        self.assertEqual(0, rc, report)
+        # the other host's k8s GPUs are stranded (drift), no conflict
+        self.assertEqual(cmd_pool.EXIT_DRIFT, rc, report)
+        self.assertEqual(0, report['conflicts'])
         self.assertEqual([], self.kinds(report, self.vm_host, GPU1))
         # done: the same command again changes nothing
         state = os.path.join(self.tmp, 'state',
@@ -570,17 +585,41 @@ class TestMove(PoolTestCase):
         with open(state) as handle:
             self.assertEqual(3, len(json.load(handle)['history']))
 
-    def test_move_from_k8s_shared_to_idle(self):
+    def test_move_refuses_while_a_pod_is_chosen_but_not_bound(self):
+        # the extender chose the GPU for the pod and is binding it: the
+        # pod is not on the node yet, but the GPU is taken
+        args = self.k8s_pod_on_gpu1('starting', bound=False)
+        rc, stdout, _stderr = self.run_cli(*args)
+        self.assertEqual(1, rc, stdout)
+        self.assertIn('k8s still has consumers', stdout)
+        self.assertIn('default/starting (chosen by the extender, not bound '
+                      'yet)', stdout)
+        node = self.k8s.server.get_object('nodes', self.k8s_host)
+        self.assertEqual(2, len(hami.decode_node_register(
+            node['metadata']['annotations'][hami.NODE_REGISTER])))
+        # audit counts it as a user of that GPU too
+        _rc, report, _stderr = self.audit()
+        self.assertEqual(1, report['in_use']['k8s'])
+        self.k8s.api.delete_namespaced_pod('starting', 'default')
+        rc, stdout, _stderr = self.run_cli(*args)
+        self.assertEqual(0, rc, stdout)
+
+    def k8s_pod_on_gpu1(self, name, bound=True):
+        """Offer both GPUs of the k8s host, put pod ``name`` on GPU1;
+        :returns: the arguments of moving GPU1 to idle."""
         self.push_ledger()
         self.assertEqual([GPU0, GPU1], self.run_agent(self.k8s_host))
         node = self.k8s.server.get_object('nodes', self.k8s_host)
         infos = hami.decode_node_register(
             node['metadata']['annotations'][hami.NODE_REGISTER])
-        self.pod(self.k8s_host, 'trainer', [infos[1].id])
-        args = ('move', '--ledger', self.ledger_path, '--gpu',
+        self.pod(self.k8s_host, name, [infos[1].id], bound=bound)
+        return ('move', '--ledger', self.ledger_path, '--gpu',
                 '%s:%s' % (self.k8s_host, GPU1), '--to', 'idle',
                 '--fleet', self.fleet, '--state-dir',
                 os.path.join(self.tmp, 'state'))
+
+    def test_move_from_k8s_shared_to_idle(self):
+        args = self.k8s_pod_on_gpu1('trainer')
         rc, stdout, _stderr = self.run_cli(*args)
         self.assertEqual(1, rc, stdout)
         self.assertIn('k8s still has consumers', stdout)
@@ -688,3 +727,83 @@ class TestMoveLiveHost(PoolTestCase):
         self.assertIn('it reads host elsewhere, not %s' % self.k8s_host,
                       stderr)
         self.assertIn('[inventory] hostname', stderr)
+
+
+def _closed_port():
+    with socket.socket() as probe:
+        probe.bind(('127.0.0.1', 0))
+        return probe.getsockname()[1]
+
+
+class TestUnreachable(PoolTestCase):
+    """Placement or the Kubernetes API gone during audit or move: a clear
+    error, its own exit status, nothing half-applied."""
+
+    move = TestMove.move
+
+    def _point(self, placement=None, kubernetes=None):
+        with open(self.conf_file, 'w') as handle:
+            handle.write('[nova]\nplacement_endpoint = %s\ntoken = admin\n'
+                         '[kubernetes]\nkubeconfig = %s\n' % (
+                             placement or self.server.url,
+                             kubernetes or self.k8s.write_kubeconfig(
+                                 self.tmp)))
+
+    def _dead_kubeconfig(self):
+        path = os.path.join(self.tmp, 'dead-kubeconfig')
+        with open(path, 'w') as handle:
+            handle.write(yamlutil.dump({
+                'apiVersion': 'v1', 'kind': 'Config',
+                'clusters': [{'name': 'c', 'cluster': {
+                    'server': 'http://127.0.0.1:%d' % _closed_port()}}],
+                'users': [{'name': 'u', 'user': {}}],
+                'contexts': [{'name': 'c', 'context': {
+                    'cluster': 'c', 'user': 'u'}}],
+                'current-context': 'c'}))
+        return path
+
+    def _tree(self):
+        found = {}
+        for directory, _dirs, files in os.walk(self.tmp):
+            for name in files:
+                path = os.path.join(directory, name)
+                with open(path, 'rb') as handle:
+                    found[path] = handle.read()
+        return found
+
+    def test_audit_statuses_are_distinct(self):
+        self.seed_nova()
+        rc, _report, _stderr = self.audit()
+        self.assertEqual(cmd_pool.EXIT_DRIFT, rc)   # k8s side stranded
+        self._point(placement='http://127.0.0.1:%d' % _closed_port())
+        rc, stdout, stderr = self.run_cli(
+            'audit', '--ledger', self.ledger_path, '--fleet', self.fleet)
+        self.assertEqual(cmd_pool.EXIT_UNREACHABLE, rc, stdout)
+        self.assertIn('Placement', stderr)
+        self.assertEqual('', stdout)
+        self._point(kubernetes=self._dead_kubeconfig())
+        rc, stdout, stderr = self.run_cli(
+            'audit', '--ledger', self.ledger_path, '--fleet', self.fleet)
+        self.assertEqual(cmd_pool.EXIT_UNREACHABLE, rc, stdout)
+        self.assertIn('Kubernetes request', stderr)
+        self.assertEqual(
+            4, len({cmd_pool.EXIT_OK, cmd_pool.EXIT_REFUSED,
+                    cmd_pool.EXIT_DRIFT, cmd_pool.EXIT_UNREACHABLE}))
+
+    def test_move_with_placement_gone_changes_nothing(self):
+        ids = self.seed_nova()
+        vm = self.allocate(ids['%s_%s' % (self.vm_host, GPU1.upper())])
+        rc, stdout, _stderr = self.move()
+        self.assertEqual(cmd_pool.EXIT_REFUSED, rc, stdout)
+        self._point(placement='http://127.0.0.1:%d' % _closed_port())
+        before = self._tree()
+        rc, stdout, stderr = self.move()
+        self.assertEqual(cmd_pool.EXIT_UNREACHABLE, rc, stdout)
+        self.assertIn('Placement', stderr)
+        self.assertEqual(before, self._tree())   # nothing half-applied
+        # Placement is back: the move goes on from where it was
+        self._point()
+        self.free(vm)
+        rc, stdout, _stderr = self.move()
+        self.assertEqual(cmd_pool.EXIT_WAITING, rc, stdout)
+        self.assertIn('step stop-offering: ok', stdout)
