@@ -232,6 +232,15 @@ class NodeLockError(KubernetesError):
                '%(pod)s: %(reason)s')
 
 
+class AllocationRecordError(KubernetesError):
+    msg_fmt = 'Allocation record %(record)s: %(reason)s'
+
+
+class NotLeader(KubernetesError):
+    msg_fmt = ('Not answering: %(reason)s; the kube-scheduler of this pod '
+               'does not hold the leader lease %(lease)s')
+
+
 class MemoryHookError(DevicePluginError):
     msg_fmt = ('Memory-limit hook library %(path)s is not usable: '
                '%(reason)s')
