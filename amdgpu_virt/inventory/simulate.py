@@ -275,6 +275,8 @@ SWITCH_PORT_IDS = (0x1000, 0xc030)
 BRIDGE_CLASS = 0x060400
 VGA_CLASS = 0x030000
 DRM_MAJOR = 226
+#: /dev/kfd's major is dynamic; one seen on ROCm hosts
+KFD_MAJOR = 237
 #: VF routing id offset and stride: VF i of PF BB:00.0 is BB:02.i
 SRIOV_OFFSET = 16
 SRIOV_STRIDE = 1
@@ -529,6 +531,7 @@ class _HostWriter:
         tree = self.tree
         topology = 'devices/virtual/kfd/kfd/topology'
         tree.link('class/kfd/kfd', 'devices/virtual/kfd/kfd')
+        tree.write('devices/virtual/kfd/kfd/dev', '%d:0' % KFD_MAJOR)
         tree.write(topology + '/generation_id', 1)
         tree.write(topology + '/system_properties',
                    'platform_oem 0\nplatform_id 0\nplatform_rev 0')

@@ -74,8 +74,8 @@ def _attributes(device: DraDevice) -> dict[str, Any]:
 
 
 def _capacity(device: DraDevice, memory_step_mib: int) -> dict[str, Any]:
-    cus = {'value': str(device.compute_units)}
-    memory = {'value': _mi(device.memory_mib)}
+    cus: dict[str, Any] = {'value': str(device.compute_units)}
+    memory: dict[str, Any] = {'value': _mi(device.memory_mib)}
     if device.shared:
         unit = device.cu_unit
         top = device.compute_units - device.compute_units % unit
