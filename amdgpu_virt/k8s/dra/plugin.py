@@ -400,9 +400,11 @@ def from_conf(conf: Any, inventory: model.HostInventory) -> DraPlugin:
                 name, namespace, _preload_content=False,
                 _request_timeout=30)
         except Exception as err:
+            status = getattr(err, 'status', None)
             raise exception.KubernetesError(
                 request='get resourceclaim %s/%s' % (namespace, name),
-                reason=str(err)) from None
+                reason='%s %s' % (status, getattr(err, 'reason', ''))
+                if status else str(err)) from None
         data: Mapping[str, Any] = json.loads(
             response.data)  # type: ignore[attr-defined]
         return data

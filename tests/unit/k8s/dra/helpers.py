@@ -36,5 +36,7 @@ def roles(inv: model.HostInventory, node: str, *role_list: model.Role,
           ) -> ledger.Ledger:
     """A ledger giving GPU i of ``inv`` the i-th role."""
     return ledger.Ledger(tuple(
-        ledger.GpuAssignment(node, gpu.address, role, gpu.model.name)
+        ledger.GpuAssignment(node, gpu.address, role, gpu.model.name,
+                             vf_count=8 if role is model.Role.NOVA_VF
+                             else None)
         for gpu, role in zip(inv.gpus, role_list, strict=False)))
