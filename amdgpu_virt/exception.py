@@ -190,6 +190,16 @@ class UnknownDevice(DevicePluginError):
                'device plugin for %(resource)s offered')
 
 
+class KubernetesUnavailable(KubernetesError):
+    msg_fmt = ('Kubernetes request %(request)s got no usable answer: '
+               '%(reason)s; the API server or the network to it failed, '
+               'the request may or may not have taken effect')
+
+
+class KubernetesNotFound(KubernetesError):
+    msg_fmt = 'Kubernetes request %(request)s failed: 404 Not Found'
+
+
 class KubernetesConflict(KubernetesError):
     msg_fmt = ('%(obj)s changed while it was being updated (409 Conflict); '
                'retry with its new version')

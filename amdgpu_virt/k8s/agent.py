@@ -19,7 +19,6 @@ registration, which is what ``amdgpu-virt move`` waits for.
 from __future__ import annotations
 
 import abc
-import json
 import logging
 import threading
 from collections.abc import Mapping
@@ -27,6 +26,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from amdgpu_virt import exception
+from amdgpu_virt.k8s import client as k8s_client
 from amdgpu_virt.k8s import devices
 from amdgpu_virt.k8s import labels as node_labels
 from amdgpu_virt.k8s import noderoles
@@ -100,10 +100,11 @@ class KubernetesNodeStore(NodeStore):
         self.api = core_api
 
     def read(self) -> dict[str, Any]:
-        response = pods.call('GET node %s' % self.node_name,
-                             self.api.read_node, self.node_name,
+        what = 'GET node %s' % self.node_name
+        response = pods.call(what, self.api.read_node, self.node_name,
                              _preload_content=False)
-        return json.loads(response.data)
+        node: dict[str, Any] = k8s_client.json_body(what, response)
+        return node
 
     def annotate(self, node: Mapping[str, Any],
                  annotations: Mapping[str, str | None]) -> None:
@@ -154,6 +155,8 @@ class NodeAgent:
         self.interval = interval
         #: annotation writes done (a sync that changes nothing writes none)
         self.writes = 0
+        #: registrations attempted by the thread (failed ones included)
+        self.attempts = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -278,12 +281,23 @@ class NodeAgent:
             self._thread = None
 
     def _run(self) -> None:
+        backoff = k8s_client.Backoff(base=min(0.5, self.interval),
+                                     cap=self.interval)
         while True:
+            wait = self.interval
             try:
                 self.sync_once()
+                backoff.reset()
             except exception.AmdgpuVirtError as err:
-                LOG.warning('Node registration failed: %s', err)
-            if self._stop.wait(self.interval):
+                wait = backoff.next()
+                LOG.warning('Node registration failed (retry in %.1f s): '
+                            '%s', wait, err)
+            except Exception:  # the thread must outlive any failure
+                wait = backoff.next()
+                LOG.exception('Node registration failed (retry in %.1f s)',
+                              wait)
+            self.attempts += 1
+            if self._stop.wait(wait):
                 return
 
 
@@ -293,7 +307,6 @@ def from_conf(conf: Any, inventory: Any,
 
     :raises ConfigError: naming the option at fault.
     """
-    from amdgpu_virt.k8s import client as k8s_client
     from amdgpu_virt.k8s import deviceplugin
 
     group = conf.kubernetes

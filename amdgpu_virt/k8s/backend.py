@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from kubernetes.client import exceptions as k8s_exceptions
 from oslo_config import cfg
 
 from amdgpu_virt import exception
@@ -54,13 +53,11 @@ class KubernetesBackend:
         :raises KubernetesError: the node cannot be read (other than 404).
         """
         try:
-            response = self.api.read_node(host, _preload_content=False)
-        except k8s_exceptions.ApiException as err:
-            if err.status == 404:   # a missing node offers nothing
-                return ()
-            raise exception.KubernetesError(
-                request='GET node %s' % host,
-                reason='%s %s' % (err.status, err.reason)) from None
+            response = pods.call('GET node %s' % host,
+                                       self.api.read_node, host,
+                                       _preload_content=False)
+        except exception.KubernetesNotFound:   # a missing node offers nothing
+            return ()
         entry = schedcache.decode_node(json.loads(response.data),
                                        self.conf.kubernetes.resource_name)
         return entry.devices

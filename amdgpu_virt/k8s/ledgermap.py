@@ -17,7 +17,6 @@ import json
 import logging
 from typing import Any
 
-from kubernetes.client import exceptions as k8s_exceptions
 
 from amdgpu_virt import exception
 from amdgpu_virt import ledger as av_ledger
@@ -60,15 +59,11 @@ def manifest_text(ledger: av_ledger.Ledger, where: Location) -> str:
 
 def _read_raw(core_api: Any, where: Location) -> dict[str, Any] | None:
     try:
-        response = core_api.read_namespaced_config_map(
+        response = pods.call(
+            'GET %s' % where, core_api.read_namespaced_config_map,
             where.name, where.namespace, _preload_content=False)
-    except k8s_exceptions.NotFoundException:
+    except exception.KubernetesNotFound:
         return None
-    except k8s_exceptions.ApiException as err:
-        raise exception.KubernetesError(
-            request='GET %s' % where, reason='%s %s' % (err.status,
-                                                         err.reason)
-        ) from None
     result: dict[str, Any] = json.loads(response.data)
     return result
 

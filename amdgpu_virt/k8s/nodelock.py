@@ -29,7 +29,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from kubernetes.client import exceptions as k8s_exceptions
 
 from amdgpu_virt import exception
 from amdgpu_virt.k8s import pods
@@ -74,16 +73,12 @@ class NodeLocker:
         if not lock.namespace or not lock.pod:
             return False
         try:
-            response = self.api.read_namespaced_pod(
-                lock.pod, lock.namespace, _preload_content=False)
-        except k8s_exceptions.NotFoundException:
+            response = pods.call(
+                'GET pod %s/%s' % (lock.namespace, lock.pod),
+                self.api.read_namespaced_pod, lock.pod, lock.namespace,
+                _preload_content=False)
+        except exception.KubernetesNotFound:
             return True
-        except k8s_exceptions.ApiException as err:
-            if err.status == 404:
-                return True
-            raise exception.KubernetesError(
-                request='GET pod %s/%s' % (lock.namespace, lock.pod),
-                reason='%s %s' % (err.status, err.reason)) from None
         phase = (json.loads(response.data).get('status') or {}).get('phase')
         return phase in DONE_PHASES
 

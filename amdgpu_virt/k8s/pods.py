@@ -13,9 +13,9 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from kubernetes.client import exceptions as k8s_exceptions
 
 from amdgpu_virt import exception
+from amdgpu_virt.k8s import client as k8s_client
 from amdgpu_virt.sharing import hami
 
 LOG = logging.getLogger(__name__)
@@ -23,27 +23,8 @@ LOG = logging.getLogger(__name__)
 MERGE_PATCH = 'application/merge-patch+json'
 
 
-def call(what: str, func: Any, *args: Any, **kwargs: Any) -> Any:
-    """Call the API; errors become ours, naming ``what`` was asked.
-
-    :raises KubernetesConflict: 409.
-    :raises KubernetesError: any other API error.
-    """
-    try:
-        result = func(*args, **kwargs)
-    except k8s_exceptions.ConflictException:
-        raise exception.KubernetesConflict(obj=what) from None
-    except k8s_exceptions.ApiException as err:
-        raise exception.KubernetesError(
-            request=what, reason='%s %s' % (err.status, err.reason)
-        ) from None
-    if kwargs.get('_preload_content') is False:
-        # read the body now (it stays in ``result.data``) and hand the
-        # connection back to the pool: an unread response would hold it
-        # until garbage collection, which then resets it
-        _body = result.data
-        result.release_conn()
-    return result
+#: calls the API, converting every error (see :func:`.client.call`)
+call = k8s_client.call
 
 
 class PodSource(abc.ABC):

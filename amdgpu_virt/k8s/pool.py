@@ -25,7 +25,6 @@ import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from kubernetes.client import exceptions as k8s_exceptions
 
 from amdgpu_virt import exception
 from amdgpu_virt import ledger as av_ledger
@@ -136,13 +135,10 @@ class KubernetesPool:
 
     def _node(self, name: str) -> dict[str, Any] | None:
         try:
-            response = self.api.read_node(name, _preload_content=False)
-        except k8s_exceptions.NotFoundException:
+            response = pods.call('GET node %s' % name, self.api.read_node,
+                                 name, _preload_content=False)
+        except exception.KubernetesNotFound:
             return None
-        except k8s_exceptions.ApiException as err:
-            raise exception.KubernetesError(
-                request='GET node %s' % name,
-                reason='%s %s' % (err.status, err.reason)) from None
         node: dict[str, Any] = json.loads(response.data)
         return node
 
