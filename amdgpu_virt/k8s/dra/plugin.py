@@ -382,8 +382,6 @@ def from_conf(conf: Any, inventory: model.HostInventory) -> DraPlugin:
 
     :raises ConfigError: naming the option at fault.
     """
-    import json
-
     from kubernetes import client as k8s
 
     from amdgpu_virt.k8s import client as k8s_client
@@ -395,18 +393,10 @@ def from_conf(conf: Any, inventory: model.HostInventory) -> DraPlugin:
     resource_api = k8s.ResourceV1Api(api_client)
 
     def read_claim(namespace: str, name: str) -> Mapping[str, Any]:
-        try:
-            response = resource_api.read_namespaced_resource_claim(
-                name, namespace, _preload_content=False,
-                _request_timeout=30)
-        except Exception as err:
-            status = getattr(err, 'status', None)
-            raise exception.KubernetesError(
-                request='get resourceclaim %s/%s' % (namespace, name),
-                reason='%s %s' % (status, getattr(err, 'reason', ''))
-                if status else str(err)) from None
-        data: Mapping[str, Any] = json.loads(
-            response.data)  # type: ignore[attr-defined]
+        what = 'get resourceclaim %s/%s' % (namespace, name)
+        data: Mapping[str, Any] = k8s_client.json_body(what, k8s_client.call(
+            what, resource_api.read_namespaced_resource_claim, name,
+            namespace, _preload_content=False, _request_timeout=30))
         return data
 
     roles = noderoles.from_conf(conf, node, k8s.CoreV1Api(api_client))

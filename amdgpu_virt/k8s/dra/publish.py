@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from amdgpu_virt import exception
+from amdgpu_virt.k8s import client as k8s_client
 from amdgpu_virt.k8s.dra import slices as dra_slices
 
 LOG = logging.getLogger(__name__)
@@ -33,10 +34,6 @@ _GATED = (('sharedCounters', 'DRAPartitionableDevices'),
           ('consumesCounters', 'DRAPartitionableDevices'),
           ('allowMultipleAllocations', 'DRAConsumableCapacity'),
           ('requestPolicy', 'DRAConsumableCapacity'))
-
-
-def _body(response: Any) -> Any:
-    return json.loads(response.data)
 
 
 def _comparable(obj: dict[str, Any]) -> tuple[str, str]:
@@ -70,13 +67,10 @@ class Publisher:
         """The driver's slices of this node, as the API holds them."""
         selector = 'spec.nodeName=%s,spec.driver=%s' % (self.node,
                                                         self.driver)
-        try:
-            body = _body(self.api.list_resource_slice(
-                field_selector=selector, _preload_content=False))
-        except Exception as err:
-            raise exception.KubernetesError(
-                request='list resourceslices %s' % selector,
-                reason=str(err)) from None
+        what = 'list resourceslices %s' % selector
+        body = k8s_client.json_body(what, k8s_client.call(
+            what, self.api.list_resource_slice, field_selector=selector,
+            _preload_content=False))
         items = body.get('items') or []
         # a server that ignores the selector must not make us touch
         # another node's or driver's slices
@@ -88,7 +82,9 @@ class Publisher:
         """Make the API hold exactly the slices of ``plan``.
 
         :returns: True if anything was written.
-        :raises KubernetesError: the API refused a write.
+        :raises KubernetesError: the API refused a write (a 409 when
+            another writer changed a slice: the next publish retries).
+        :raises KubernetesUnavailable: the API could not be reached.
         :raises DraPluginError: the API server dropped gated fields (the
             node's slices are withdrawn first).
         """
@@ -107,20 +103,19 @@ class Publisher:
         stored = []
         for obj in wanted:
             name = obj['metadata']['name']
-            try:
-                if name in by_name:
-                    body = copy.deepcopy(obj)
-                    body['metadata']['resourceVersion'] = by_name[name][
-                        'metadata'].get('resourceVersion')
-                    stored.append(_body(self.api.replace_resource_slice(
-                        name, body, _preload_content=False)))
-                else:
-                    stored.append(_body(self.api.create_resource_slice(
-                        obj, _preload_content=False)))
-            except Exception as err:
-                raise exception.KubernetesError(
-                    request='write resourceslice %s' % name,
-                    reason=str(err)) from None
+            what = 'write resourceslice %s' % name
+            if name in by_name:
+                body = copy.deepcopy(obj)
+                body['metadata']['resourceVersion'] = by_name[name][
+                    'metadata'].get('resourceVersion')
+                response = k8s_client.call(
+                    what, self.api.replace_resource_slice, name, body,
+                    _preload_content=False)
+            else:
+                response = k8s_client.call(
+                    what, self.api.create_resource_slice, obj,
+                    _preload_content=False)
+            stored.append(k8s_client.json_body(what, response))
         wanted_names = {s['metadata']['name'] for s in wanted}
         self.delete(s for s in current
                     if s['metadata']['name'] not in wanted_names)
@@ -152,13 +147,10 @@ class Publisher:
         for obj in objs:
             name = obj['metadata']['name']
             try:
-                self.api.delete_resource_slice(name)
-            except Exception as err:
-                if getattr(err, 'status', None) == 404:
-                    continue
-                raise exception.KubernetesError(
-                    request='delete resourceslice %s' % name,
-                    reason=str(err)) from None
+                k8s_client.call('delete resourceslice %s' % name,
+                                self.api.delete_resource_slice, name)
+            except exception.KubernetesNotFound:
+                continue
 
     def withdraw(self) -> None:
         """Delete every slice of this node and driver."""
