@@ -14,8 +14,11 @@ import testtools
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from amdgpu_virt.k8s import devices as unit_devices
+from amdgpu_virt.k8s.dra import claims as dra_claims
 from amdgpu_virt.k8s.dra import classes
 from amdgpu_virt.k8s.dra import devices
+from amdgpu_virt.k8s.dra import prepare as dra_prepare
 from amdgpu_virt.k8s.dra import slices
 from amdgpu_virt.model import Role
 from tests.functional.fixtures import draallocator as da
@@ -306,8 +309,8 @@ def _host_slices():
                                Role.K8S_DEDICATED, Role.NOVA_VF,
                                Role.NOVA_VF, Role.IDLE, Role.K8S_SHARED,
                                Role.K8S_SHARED, Role.K8S_SHARED)
-        _SLICES = (inv, slices.build(devices.plan(
-            'n', inv, ledger.for_host('n')), DRIVER))
+        plan = devices.plan('n', inv, ledger.for_host('n'))
+        _SLICES = (inv, slices.build(plan, DRIVER), plan)
     return _SLICES
 
 
@@ -325,9 +328,11 @@ class TestNeverOvercommits(testtools.TestCase):
     @given(st.lists(st.tuples(_CLAIM, st.booleans()), min_size=1,
                     max_size=40))
     def test_random_claim_sequences(self, steps):
-        _inv, objs = _host_slices()
+        inv, objs, plan = _host_slices()
+        units = unit_devices.units_from_inventory(inv)
         alloc = da.Allocator(objs, CLASSES)
         live = []
+        prepared = {}
         for n, ((kind, cus, mib), release) in enumerate(steps):
             name = DRIVER if kind == 'gpu' else '%s.%s' % (kind, DRIVER)
             capacity = None
@@ -338,9 +343,34 @@ class TestNeverOvercommits(testtools.TestCase):
                 'r', name, capacity=capacity)]), 'n')
             if result is not None:
                 live.append(result)
+                uid = 'uid-%d' % n
+                obj = {'metadata': {'namespace': 'default',
+                                    'name': 'c%d' % n, 'uid': uid},
+                       'status': {'allocation': result}}
+                # what the scheduler granted, the plugin can prepare
+                prepared[uid] = dra_prepare.prepare(
+                    uid, 'default', 'c%d' % n,
+                    dra_claims.results(obj, uid, DRIVER, plan), units,
+                    prepared)
+                result['uid'] = uid
             if release and live:
-                alloc.release(live.pop(0))
+                gone = live.pop(0)
+                alloc.release(gone)
+                del prepared[gone['uid']]
             self.check(objs, live)
+            self.check_masks(prepared)
+
+    def check_masks(self, prepared):
+        held = {}
+        for claim in prepared.values():
+            for device in claim.devices:
+                for part in device.partitions:
+                    key = (device.gpu, part)
+                    mask = dict(device.masks).get(part, -1)
+                    other = held.get(key, 0)
+                    self.assertFalse(other == -1 or (mask == -1 and other)
+                                     or (other & mask), key)
+                    held[key] = -1 if mask == -1 else other | mask
 
     def check(self, objs, live):
         by_name = {d['name']: d for s in objs
