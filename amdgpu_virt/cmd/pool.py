@@ -349,7 +349,9 @@ def collect(app: Any, ledger: av_ledger.Ledger,
         from amdgpu_virt.k8s import pool as k8s_pool
         api = _core_api(app)
         found, notes = k8s_pool.KubernetesPool(
-            api, _location(app), ledger).observations(hosts)
+            api, _location(app), ledger,
+            dra_driver=av_main.app_conf(app).dra.driver_name
+        ).observations(hosts)
         observations += found
         warnings += notes
         stored = ledgermap.read(api, _location(app))
@@ -541,7 +543,8 @@ class Move(command.Command):
         if 'k8s' in needed:
             from amdgpu_virt.k8s import pool as k8s_pool
             sides['k8s'] = k8s_pool.KubernetesPool(
-                _core_api(self.app), _location(self.app), ledger)
+                _core_api(self.app), _location(self.app), ledger,
+                dra_driver=av_main.app_conf(self.app).dra.driver_name)
         host_adapter = hostchange.InventoryHost(inventories.of, ledger,
                                                 renderer, output_dir)
         work = pool_move.Move(state, old, new, sides, host_adapter)

@@ -8,7 +8,8 @@
   the GPU through the registration's ``id`` -> ``pciBDF``. A device the
   registration no longer lists cannot be mapped; :meth:`consumers` then
   counts the pod against every GPU of its node (it refuses rather than
-  guesses).
+  guesses). Allocated ResourceClaims of the DRA driver count too (see
+  :mod:`amdgpu_virt.k8s.dra.holders`).
 * Withdraw: the ledger ConfigMap gives the GPU no role and the node's
   registration loses its entries (written with the node's
   resourceVersion); offer: the ledger ConfigMap gives the GPU its new
@@ -30,6 +31,8 @@ from amdgpu_virt import exception
 from amdgpu_virt import ledger as av_ledger
 from amdgpu_virt.k8s import ledgermap
 from amdgpu_virt.k8s import pods
+from amdgpu_virt.k8s.dra import DEFAULT_DRIVER
+from amdgpu_virt.k8s.dra import holders as dra_holders
 from amdgpu_virt.model import PciAddress
 from amdgpu_virt.model import Role
 from amdgpu_virt.pool.observed import SideObservation
@@ -119,15 +122,19 @@ class KubernetesPool:
     :param where: the ledger ConfigMap.
     :param ledger: the ledger before the change (the base of the
         ConfigMap content written by :meth:`withdraw` and :meth:`offer`).
+    :param dra_driver: the DRA driver whose allocated ResourceClaims
+        count as consumers.
     """
 
     name = SIDE
 
     def __init__(self, core_api: Any, where: ledgermap.Location,
-                 ledger: av_ledger.Ledger | None = None) -> None:
+                 ledger: av_ledger.Ledger | None = None,
+                 dra_driver: str = DEFAULT_DRIVER) -> None:
         self.api = core_api
         self.where = where
         self.ledger = ledger
+        self.dra_driver = dra_driver
         #: what was written or found, for the command to print
         self.notes: list[str] = []
 
@@ -154,6 +161,24 @@ class KubernetesPool:
         response = pods.call('LIST pods', self.api.list_pod_for_all_namespaces,
                              _preload_content=False, **kwargs)
         return list(json.loads(response.data).get('items') or [])
+
+    def _claims(self) -> list[dict[str, Any]]:
+        """Every ResourceClaim; none on a cluster without DRA (404)."""
+        from kubernetes import client
+
+        resource = client.ResourceV1Api(self.api.api_client)
+        try:
+            response = pods.call(
+                'LIST resourceclaims',
+                resource.list_resource_claim_for_all_namespaces,
+                _preload_content=False)
+        except exception.KubernetesNotFound:
+            return []
+        return list(json.loads(response.data).get('items') or [])
+
+    def _claim_holders(self) -> dict[tuple[str, PciAddress | None],
+                                      set[str]]:
+        return dra_holders.held_gpus(self._claims(), self.dra_driver)
 
     def observations(self, hosts: Iterable[str] | None = None
                      ) -> tuple[list[SideObservation], list[str]]:
@@ -191,6 +216,16 @@ class KubernetesPool:
                     continue
                 users.setdefault((node, address), set()).add(
                     _pod_name(pod))
+        for (node, address), names in self._claim_holders().items():
+            if node not in views:
+                continue
+            if address is None:
+                warnings.append('%s on node %s name a device of driver %s '
+                                'that maps to no GPU' % (
+                                    ', '.join(sorted(names)), node,
+                                    self.dra_driver))
+                continue
+            users.setdefault((node, address), set()).update(names)
         result = []
         keys = {(n, a) for n, v in views.items() for a in v.offers}
         for name, address in sorted(keys | set(users)):
@@ -224,6 +259,14 @@ class KubernetesPool:
                 elif mapped is None:
                     found.add('%s (device %s not registered: may be this '
                               'GPU)' % (_pod_name(pod), device))
+        for (claim_node, gpu), names in self._claim_holders().items():
+            if claim_node != host:
+                continue
+            if gpu == address:
+                found.update(names)
+            elif gpu is None:
+                found.update('%s (device of no known GPU: may be this GPU)'
+                             % name for name in names)
         return tuple(sorted(found))
 
     def _write_ledger(self, ledger: av_ledger.Ledger) -> None:
