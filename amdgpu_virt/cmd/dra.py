@@ -134,11 +134,4 @@ class DraPlugin(command.Command):
     def take_action(self, parsed_args: argparse.Namespace) -> int:
         conf = av_main.app_conf(self.app)
         inventory = inventory_pkg.load_driver(conf).scan()
-        plugin = load_plugin(conf, inventory)
-        stop = cmd_k8s.until_signalled()
-        plugin.start()
-        try:
-            stop.wait()
-        finally:
-            plugin.stop()
-        return 0
+        return cmd_k8s.run_until_signalled(load_plugin(conf, inventory))

@@ -23,7 +23,7 @@ from amdgpu_virt.cmd import main as av_main
 LOG = logging.getLogger(__name__)
 
 
-def until_signalled() -> threading.Event:
+def _until_signalled() -> threading.Event:
     stop = threading.Event()
 
     def handler(signum: int, _frame: Any) -> None:
@@ -33,6 +33,17 @@ def until_signalled() -> threading.Event:
     signal.signal(signal.SIGTERM, handler)
     signal.signal(signal.SIGINT, handler)
     return stop
+
+
+def run_until_signalled(service: Any) -> int:
+    """``service.start()``, wait for SIGTERM/SIGINT, ``service.stop()``."""
+    stop = _until_signalled()
+    service.start()
+    try:
+        stop.wait()
+    finally:
+        service.stop()
+    return 0
 
 
 class DevicePlugin(command.Command):
@@ -52,7 +63,7 @@ class DevicePlugin(command.Command):
         conf = av_main.app_conf(self.app)
         inventory = inventory_pkg.load_driver(conf).scan()
         plugin = deviceplugin.from_conf(conf, inventory)
-        stop = until_signalled()
+        stop = _until_signalled()
         plugin.start()
         try:
             stop.wait()
@@ -76,7 +87,7 @@ class Agent(command.Command):
         conf = av_main.app_conf(self.app)
         inventory = inventory_pkg.load_driver(conf).scan()
         node_agent = agent.from_conf(conf, inventory)
-        stop = until_signalled()
+        stop = _until_signalled()
         node_agent.start()
         try:
             stop.wait()
@@ -98,7 +109,7 @@ class Webhook(command.Command):
 
         conf = av_main.app_conf(self.app)
         server = webhook.from_conf(conf)
-        stop = until_signalled()
+        stop = _until_signalled()
         thread = threading.Thread(target=server.serve_forever, daemon=True,
                                   name='webhook')
         thread.start()
@@ -125,7 +136,7 @@ class Scheduler(command.Command):
 
         conf = av_main.app_conf(self.app)
         service = extender.Service(conf)
-        stop = until_signalled()
+        stop = _until_signalled()
         service.start()
         try:
             stop.wait()
