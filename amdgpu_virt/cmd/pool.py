@@ -175,6 +175,18 @@ def _load_ledger(path: str, inventories: Inventories
 
 # --- adapters (loaded only when a side is used) ------------------------------
 
+def _dra_renderer(conf: Any) -> pool_apply.DraRenderer:
+    """The DRA ResourceSlices of a host, as the plugin would publish."""
+    from amdgpu_virt.k8s.dra import slices as dra_slices
+
+    def render(inventory: Any, ledger: Any, host: str) -> str:
+        return dra_slices.render_yaml(
+            inventory, ledger, host, conf.dra.driver_name,
+            conf.dra.partition_devices, conf.dra.memory_step_mib)
+
+    return render
+
+
 def _nova_renderer(app: Any) -> pool_apply.NovaRenderer:
     from amdgpu_virt.nova import pool as nova_pool
     return nova_pool.NovaRenderer(cmd_nova.load_backend(app))
@@ -267,7 +279,8 @@ class Apply(command.Command):
                 err.flush()
 
         rendered = pool_apply.render_all(ledger, hosts, inventories, nova,
-                                         where, configmap_text, progress)
+                                         where, configmap_text, progress,
+                                         dra=_dra_renderer(conf))
         output_dir = parsed_args.output_dir or conf.pool.output_dir
         selected = set(hosts)
         report = pool_apply.apply_files(

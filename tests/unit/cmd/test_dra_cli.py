@@ -68,3 +68,34 @@ class TestDraSlices(test_inventory_cli.CliTestCase):
         self.assertEqual(0, status)
         self.assertIn('--ledger', out)
         self.assertIn('only GPUs whose role is k8s-dedicated', out)
+
+
+class TestApplyRendersDra(test_inventory_cli.CliTestCase):
+
+    def test_apply_writes_the_slices_of_kubernetes_hosts(self):
+        ledger_path = os.path.join(self.tmp, 'ledger.yaml')
+        status, _out, err = self.run_cli('plan', '--output-ledger',
+                                         ledger_path)
+        self.assertEqual(0, status, err)
+        out_dir = os.path.join(self.tmp, 'out')
+        status, _out, err = self.run_cli('apply', '--ledger', ledger_path,
+                                         '--output-dir', out_dir)
+        self.assertEqual(0, status, err)
+        ledger = av_ledger.load(ledger_path)
+        found = 0
+        for host in ledger.hosts:
+            k8s = {str(a.address) for a in ledger.for_host(host)
+                   if a.role in (Role.K8S_DEDICATED, Role.K8S_SHARED)}
+            path = os.path.join(out_dir, host, 'k8s',
+                                'dra-resourceslices.yaml')
+            if not k8s:
+                self.assertFalse(os.path.exists(path), host)
+                continue
+            with open(path) as handle:
+                docs = list(yaml.safe_load_all(handle))
+            found += 1
+            published = {d['attributes']['pciAddress']['string']
+                         for s in docs for d in s['spec'].get('devices', [])}
+            self.assertEqual(k8s, published, host)
+            self.assertEqual({host}, {s['spec']['nodeName'] for s in docs})
+        self.assertGreater(found, 0)
