@@ -187,6 +187,8 @@ class TestRegistration(testtools.TestCase):
                           'v1alpha1.DRAResourceHealth',
                           'v1.DRAResourceHealth'), plugin.versions)
         self.assertEqual('v1', plugin.dra_version)
+        # the DRA socket was served before kubelet could find the plugin
+        self.assertTrue(plugin.endpoint_ready)
         self.assertEqual([], node.kubelet.refused)
         self.assertEqual(os.path.join(node.registration_dir,
                                       DRIVER + '-reg.sock'),
