@@ -228,3 +228,8 @@ class DraPluginError(KubernetesError):
 class NodeLockError(KubernetesError):
     msg_fmt = ('Node %(node)s: lock hami.io/mutex.lock not acquired for pod '
                '%(pod)s: %(reason)s')
+
+
+class MemoryHookError(DevicePluginError):
+    msg_fmt = ('Memory-limit hook library %(path)s is not usable: '
+               '%(reason)s')

@@ -18,10 +18,21 @@ Two figures per size:
 
 Prints p50 and p99. Goal at 5,000 nodes: p50 < 5 ms, p99 < 20 ms.
 
+Near full (``--near-full 90,99``): the same nodes, their GPUs' CUs filled
+to 90 % and 99 % by live pods (a fifth of the GPUs taken whole, the rest
+shared by up to 9 pods each), then ``--requests`` decisions timed on the
+cache (the extender's default: the fragmentation score for binpack pods,
+HAMi's order for spread ones) and, on the same state, a plain first-fit
+over per-GPU free counts (the cheapest scan there is; the ratio says how
+far the cache is from it). Also the time to build the cache from the
+list: nodes and pods in pages of 500 as the API serves them (in memory,
+through the watchers' own list code), and the first views.
+
 Usage::
 
     python bench/k8s_filter.py [--nodes 100,1000,5000] [--requests 300]
                                [--http-requests 100] [--fill 2] [--seed 1]
+                               [--near-full 90,99]
 """
 
 from __future__ import annotations
@@ -39,7 +50,9 @@ from typing import Any
 from amdgpu_virt.k8s import extender
 from amdgpu_virt.k8s import fit
 from amdgpu_virt.k8s import schedcache
+from amdgpu_virt.k8s import watching
 from amdgpu_virt.sharing import hami
+from amdgpu_virt.sharing import packing
 
 GPUS = 8
 MI300X = dict(count=10, devmem=196608, devcore=304,
@@ -154,6 +167,134 @@ def bench_http(cache: schedcache.ClusterCache, names: list[str],
     return samples
 
 
+def _node_objs(names: list[str]) -> list[dict[str, Any]]:
+    objs = []
+    for name in names:
+        devices = [hami.DeviceInfo(id='%s-gpu%d' % (name, g), index=g,
+                                   numa=g // 4, **MI300X)
+                   for g in range(GPUS)]
+        objs.append({'metadata': {'name': name, 'annotations': {
+            hami.NODE_REGISTER: hami.encode_node_register(devices)}}})
+    return objs
+
+
+def filled_pods(names: list[str], target: float, rng: random.Random
+                ) -> list[dict[str, Any]]:
+    """Live pods using ``target`` of every GPU's CUs (a fifth of the GPUs
+    whole, the others shared by up to 9 pods)."""
+    devcore, devmem = MI300X['devcore'], MI300X['devmem']
+    pods = []
+    for name in names:
+        for g in range(GPUS):
+            uuid = '%s-gpu%d' % (name, g)
+            if rng.random() < 0.2:
+                sizes = [(devcore, devmem)]
+            else:
+                sizes = []
+                left = int(target * devcore)
+                while left > 0 and len(sizes) < 9:
+                    cus = min(left, hami.percent_to_cus(rng.choice(
+                        (5, 10, 20, 25, 33, 50)), devcore))
+                    if len(sizes) == 8:
+                        cus = left
+                    sizes.append((cus, max(1024, devmem * cus // devcore
+                                           * 3 // 4)))
+                    left -= cus
+            for number, (cus, mem) in enumerate(sizes):
+                value = hami.encode_pod_devices(((hami.ContainerDevice(
+                    uuid, MI300X['type'], mem, cus),),))
+                pods.append({'metadata': {
+                    'name': '%s-%d' % (uuid, number), 'namespace': 'live',
+                    'resourceVersion': '2', 'annotations': {
+                        hami.DEVICES_ALLOCATED: value,
+                        hami.VGPU_NODE: name}},
+                    'spec': {'nodeName': name},
+                    'status': {'phase': 'Running'}})
+    return pods
+
+
+class _Pages:
+    """A list verb serving ``items`` in pages, as JSON (in memory)."""
+
+    class _Response:
+        def __init__(self, data: bytes) -> None:
+            self.data = data
+
+    def __init__(self, items: list[dict[str, Any]], kind: str) -> None:
+        self.items = items
+        self.kind = kind
+
+    def __call__(self, **kwargs: Any) -> Any:
+        start = int(kwargs.get('_continue') or 0)
+        limit = kwargs.get('limit') or len(self.items)
+        meta: dict[str, Any] = {'resourceVersion': '5'}
+        if start + limit < len(self.items):
+            meta['continue'] = str(start + limit)
+        return self._Response(json.dumps({
+            'kind': self.kind, 'metadata': meta,
+            'items': self.items[start:start + limit]}).encode())
+
+
+def near_full(size: int, target: float, requests: int,
+              rng: random.Random) -> None:
+    names = ['node-%05d' % n for n in range(size)]
+    nodes = _node_objs(names)
+    pods = filled_pods(names, target, rng)
+    cache = schedcache.ClusterCache(mix=packing.Mix())
+    started = time.perf_counter()
+    for name, func, apply in (
+            ('nodes', _Pages(nodes, 'NodeList'),
+             lambda items, _rv: cache.replace_nodes(items)),
+            ('pods', _Pages(pods, 'PodList'), cache.replace_pods)):
+        watching.Watcher(name, func, apply, lambda kind, obj: None)._list()
+    listed = time.perf_counter() - started
+    cache.views(names)
+    built = time.perf_counter() - started
+    del nodes, pods
+    gc.collect()
+    gc.freeze()
+    used = sum(g.used_cores for v in cache.views(names)[0] for g in v.gpus)
+    print('%5d nodes x %d GPUs filled to %d %% (%.1f %% of CUs used, %d '
+          'live pods): cache from pages of 500 in %.2f s (list %.2f s, '
+          'views %.2f s)' % (
+              size, GPUS, round(target * 100),
+              100 * used / (size * GPUS * MI300X['devcore']),
+              cache.pod_count(), built, listed, built - listed), flush=True)
+    # the same state for first-fit: per GPU (free CUs, free MiB, slots)
+    flat = [(v.name, [(g.usable_cores, g.free_mem, g.info.count -
+                       g.used_slots) for g in v.gpus])
+            for v in cache.views(names)[0]]
+    reqs = [fit.pod_request(_pod(rng, 'q%d' % n)) for n in range(requests)]
+    ours: list[float] = []
+    first: list[float] = []
+    placed = 0
+    for number, request in enumerate(reqs):
+        want = request.containers[0]
+        cus = MI300X['devcore'] if want.exclusive else hami.percent_to_cus(
+            want.percent, MI300X['devcore'])
+        mem = want.mem or MI300X['devmem']
+        start = time.perf_counter()
+        for _name, gpus in flat:
+            if sum(1 for c, m, s in gpus if c >= cus and m >= mem and s) \
+                    >= want.nums:
+                break
+        first.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        decision = cache.decide_and_reserve('bench/q%d' % number, request,
+                                            names)
+        ours.append(time.perf_counter() - start)
+        placed += decision.fit is not None
+    gc.unfreeze()
+    for label, samples in (('cache', ours), ('first-fit', first)):
+        print('  %-9s runs=%-5d p50=%7.3f ms  p99=%7.3f ms  max=%7.3f ms'
+              % (label, len(samples), _percentile(samples, 0.5) * 1e3,
+                 _percentile(samples, 0.99) * 1e3, max(samples) * 1e3))
+    print('  cache / first-fit: p50 x%.2f, p99 x%.2f; %d of %d placed'
+          % (_percentile(ours, 0.5) / _percentile(first, 0.5),
+             _percentile(ours, 0.99) / _percentile(first, 0.99), placed,
+             requests), flush=True)
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--nodes', default='100,1000,5000',
@@ -165,7 +306,16 @@ def main(argv: list[str]) -> int:
     parser.add_argument('--fill', type=int, default=2,
                         help='live pods per node before timing')
     parser.add_argument('--seed', type=int, default=1)
+    parser.add_argument('--near-full', default='90,99',
+                        help='comma-separated fill percentages for the '
+                             'near-full runs (empty: none)')
     args = parser.parse_args(argv)
+    for size in (int(s) for s in args.nodes.split(',')):
+        for target in (int(t) for t in args.near_full.split(',') if t):
+            near_full(size, target / 100, args.requests,
+                      random.Random(args.seed))
+    if args.near_full and args.fill < 0:
+        return 0
     for size in (int(s) for s in args.nodes.split(',')):
         rng = random.Random(args.seed)
         started = time.perf_counter()

@@ -6,7 +6,10 @@ of MI300X GPUs (304 CUs, 192 GiB each), once per CU strategy, side by
 side. A pod that fits nowhere when it arrives is refused (no queue). The
 GPU for a pod is chosen the same way for every strategy (binpack: the GPU
 with the fewest free CUs that holds the pod's CUs and memory), so the
-strategies differ only in which CUs of that GPU they hand out.
+strategies differ only in which CUs of that GPU they hand out. The row
+``score`` is best-fit with the GPU chosen instead by the extender's
+fragmentation score (``amdgpu_virt.sharing.packing``, the pool taken as
+one node, the mix learnt from the arrivals).
 
 Figures per strategy and seed: pods admitted, their ratio to the capacity
 bound (defined in the output), CU utilisation over time, fragmentation
@@ -33,6 +36,7 @@ from amdgpu_virt import exception
 from amdgpu_virt.sharing import allocator
 from amdgpu_virt.sharing import hami
 from amdgpu_virt.sharing import memory
+from amdgpu_virt.sharing import packing
 
 MI300X_CUS = 304
 MI300X_MIB = 192 * 1024
@@ -138,9 +142,26 @@ def _events(trace: list[Pod]) -> list[Event]:
     return [(pod.arrival, 1, index, pod) for index, pod in enumerate(trace)]
 
 
+def _score_order(mix: packing.Mix, cus: list[allocator.CuAllocator],
+                 mem: list[memory.MemoryShares], pod: Pod) -> list[int]:
+    """The GPUs by the fragmentation score (the pool as one node)."""
+    mix.record([packing.Shape.share(pod.cus / MI300X_CUS,
+                                    pod.mib / MI300X_MIB, 1, pod.mib)])
+    score = mix.score
+    frees = [packing.GpuFree(c.free_count / MI300X_CUS,
+                             m.free / MI300X_MIB, True, not c.used_count,
+                             m.free) for c, m in zip(cus, mem, strict=True)]
+    idle = sum(1 for f in frees if f.idle)
+    partial = sum(f.cus for f in frees if not f.idle)
+    return sorted(range(len(cus)), key=lambda i: (packing.share_cost(
+        score, frees[i], pod.cus / MI300X_CUS, pod.mib / MI300X_MIB, True,
+        idle, partial, pod.mib), cus[i].free_count, i))
+
+
 def simulate(trace: list[Pod], gpus: int,
              make_strategy: Callable[[], allocator.CuStrategy],
-             sample_points: int = 4) -> Result:
+             sample_points: int = 4,
+             mix: packing.Mix | None = None) -> Result:
     cus = [allocator.CuAllocator('gpu-%d' % i, MI300X_CUS,
                                  strategy=make_strategy())
            for i in range(gpus)]
@@ -180,7 +201,8 @@ def simulate(trace: list[Pod], gpus: int,
             frag = gpu.fragmentation()
             largest.append(frag.largest_free_run)
             free_runs.append(frag.free_runs)
-        order = sorted(range(gpus), key=lambda i: (cus[i].free_count, i))
+        order = sorted(range(gpus), key=lambda i: (cus[i].free_count, i)) \
+            if mix is None else _score_order(mix, cus, mem, pod)
         for index in order:
             if cus[index].usable_count < pod.cus or \
                     not mem[index].fits(pod.mib):
@@ -329,11 +351,14 @@ def main(argv: list[str]) -> int:
     for title, contiguous in modes:
         print(title)
         print(header)
-        totals: dict[str, list[int]] = {name: [] for name, _s in strategies}
+        rows = strategies + (('score', allocator.BestFitStrategy),)
+        totals: dict[str, list[int]] = {name: [] for name, _s in rows}
         for seed, trace in enumerate(traces):
-            for name, strategy in strategies:
-                made = contiguous[name] if contiguous else strategy
-                result = simulate(trace, args.gpus, made)
+            for name, strategy in rows:
+                made = contiguous['best-fit' if name == 'score' else name] \
+                    if contiguous else strategy
+                result = simulate(trace, args.gpus, made, mix=packing.Mix()
+                                  if name == 'score' else None)
                 totals[name].append(result.admitted)
                 print('%-4d %-9s %8d %7d %6.3f %5.3f (%s) %8.1f %9.2f %6.2f '
                       '%8.1f%% %8.2f'
@@ -343,7 +368,7 @@ def main(argv: list[str]) -> int:
                          result.largest_run, result.free_runs,
                          result.pieces, 100 * result.contiguous,
                          result.imbalance))
-        for name, _strategy in strategies:
+        for name, _strategy in rows:
             print('     %-9s %8d %7d %6.3f  (all seeds)'
                   % (name, sum(totals[name]), sum(bounds),
                      sum(totals[name]) / sum(bounds)))

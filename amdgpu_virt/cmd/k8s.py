@@ -78,15 +78,20 @@ class Agent(command.Command):
     Runs until SIGTERM/SIGINT, writing hami.io/node-amd-register and the
     amd.com/gpu.* node labels every [kubernetes] registration_interval
     seconds. Reads [inventory], [kubernetes] (node_name, kubeconfig,
-    share_count, ledger_source) and [pool] (the ledger ConfigMap).
+    share_count, allocation_mode, vgpu_library, ledger_source) and [pool]
+    (the ledger ConfigMap). Without a loadable vgpu_library it registers
+    whole GPUs only, labels the node amdgpu-virt.io/memory-hook=unavailable
+    and records a Warning event on it.
     """
 
     def take_action(self, parsed_args: argparse.Namespace) -> int:
         from amdgpu_virt.k8s import agent
+        from amdgpu_virt.k8s import memhook
 
         conf = av_main.app_conf(self.app)
         inventory = inventory_pkg.load_driver(conf).scan()
         node_agent = agent.from_conf(conf, inventory)
+        memhook.publish(node_agent)
         stop = _until_signalled()
         node_agent.start()
         try:

@@ -26,9 +26,10 @@ VF or a CU slice, and drive Nova and Kubernetes from one plan."""
 
 
 def _version() -> str:
+    """pbr's full version: the git tag, or a .devN version past it."""
     try:
         import pbr.version
-        return str(pbr.version.VersionInfo('amdgpu_virt').version_string())
+        return str(pbr.version.VersionInfo('amdgpu_virt').release_string())
     except Exception:  # not installed: running from a source tree
         return 'unknown'
 

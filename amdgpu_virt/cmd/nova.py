@@ -221,6 +221,13 @@ class NovaFlavors(lister.Lister):
         parser.add_argument('--replace', action='store_true',
                             help='delete and re-create flavors whose vCPUs, '
                                  'RAM or disk differ')
+        parser.add_argument('--allow-zero-disk', action='store_true',
+                            help='accept flavors with disk_gb 0 (missing or '
+                                 '0), with a warning: Nova\'s default policy '
+                                 '%s lets only admins boot them from an '
+                                 'image, so they suit volume-backed '
+                                 'instances only; refused by default'
+                                 % flavors.ZERO_DISK_POLICY)
         return parser
 
     def take_action(self, parsed_args: argparse.Namespace
@@ -236,7 +243,13 @@ class NovaFlavors(lister.Lister):
         known = None
         if ledger is not None:
             known = [a['name'] for a in backend.alias_entries(ledger)]
-        specs = flavors.load(path, conf.nova.numa_policy, known)
+        specs = flavors.load(path, conf.nova.numa_policy, known,
+                             parsed_args.allow_zero_disk)
+        for name in flavors.zero_disk(specs):
+            self.app.stderr.write(
+                'warning: flavor %s has disk 0: only admins may boot it '
+                'from an image (Nova policy %s); use it for volume-backed '
+                'instances\n' % (name, flavors.ZERO_DISK_POLICY))
         changes = backend.sync_flavors(specs, parsed_args.replace)
         return (('Flavor', 'Action', 'Details'),
                 [(c.name, c.action, '; '.join(c.details)) for c in changes])
@@ -245,7 +258,10 @@ class NovaFlavors(lister.Lister):
 class NovaAudit(lister.Lister):
     """Compare Nova's PCI providers in Placement with the plan (read-only).
 
-    Exit status 1 when there is drift.
+    Also checks every whole GPU's alias device_type against the host's
+    sriov_totalvfs (type-PF above 0, else type-PCI) when a host is read:
+    without --ledger, or with --ledger and --sysfs-root. Exit status 1 when
+    there is drift.
     """
 
     drift = False
@@ -262,13 +278,16 @@ class NovaAudit(lister.Lister):
                     ) -> tuple[Sequence[str], Iterable[Sequence[Any]]]:
         backend = load_backend(self.app)
         ledger = _ledger(parsed_args)
+        inventories = []
+        if ledger is None or parsed_args.sysfs_root:
+            inventories.append(_scan(self.app, parsed_args))
         if ledger is not None:
             plans = nova_plan.plan_from_ledger(
                 ledger, backend.naming,
                 av_main.app_conf(self.app).nova.dedicated_device_type)
         else:
-            plans = (backend.plan(_scan(self.app, parsed_args)),)
-        report = backend.audit(plans)
+            plans = (backend.plan(inventories[0]),)
+        report = backend.audit(plans, inventories)
         self.drift = bool(report.findings)
         self.app.stderr.write('%d host(s), %d finding(s), %d Placement '
                               'call(s)\n' % (len(report.hosts),

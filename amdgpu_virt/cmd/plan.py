@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from cliff import command
+from cliff import lister
 
 from amdgpu_virt import data
 from amdgpu_virt import exception
@@ -29,7 +30,14 @@ from amdgpu_virt.policy.decision import Decision
 
 LOG = logging.getLogger(__name__)
 SAMPLE_WORKLOADS = 'sample_workloads.yaml'
-FORMATS = ('table', 'json', 'yaml')
+#: What ``plan --part`` prints: everything (the default), or one part
+#: through cliff's formatters (``-f``, ``-c``, ``--sort-column``).
+PARTS = ('all', 'gpus', 'workloads', 'summary')
+GPU_COLUMNS = ('Host', 'Address', 'Model', 'Role', 'Mode', 'CUs',
+               'VRAM MiB', 'Used by', 'Unverified')
+WORKLOAD_COLUMNS = ('Name', 'Kind', 'Host', 'GPUs', 'VF/CU', 'Code', 'Kept',
+                    'Reason')
+SUMMARY_COLUMNS = ('Field', 'Value')
 
 
 def _add_inputs(parser: argparse.ArgumentParser) -> None:
@@ -110,7 +118,10 @@ def _addresses(decision: Decision) -> str:
     return '%s +%d' % (gpus[0], len(gpus) - 1)
 
 
-def _short(text: str, width: int = 60) -> str:
+REASON_WIDTH = 60
+
+
+def _short(text: str, width: int = REASON_WIDTH) -> str:
     return text if len(text) <= width else text[:width - 3] + '...'
 
 
@@ -154,6 +165,10 @@ def render_table(plan: av_result.Plan) -> str:
     ]
     if s['existing']:
         lines.append('  kept: %d running placements' % s['existing'])
+    if any(len(d.reason) > REASON_WIDTH for d in plan.decisions):
+        lines.append('  reasons above are cut at %d characters: "explain '
+                     'NAME" or "--part workloads" prints them in full'
+                     % REASON_WIDTH)
     if s['unverified'] or any(g.unverified for g in plan.gpus):
         lines.append('  * unverified on real hardware: GIM and amdgpu GPUs '
                      'mixed on one host ([policy] allow_mixed_host_drivers)')
@@ -165,6 +180,34 @@ def plan_dict(plan: av_result.Plan) -> dict[str, Any]:
             'workloads': [d.to_dict(trail=False) for d in plan.decisions],
             'summary': plan.summary(),
             'ledger': plan.ledger.to_dict()}
+
+
+def gpu_rows(plan: av_result.Plan) -> list[tuple[Any, ...]]:
+    """One row per GPU (:data:`GPU_COLUMNS`)."""
+    return [(g.host, g.address, g.model, g.role.value, g.mode, g.cus,
+             g.vram_mib, ', '.join(g.used_by), g.unverified)
+            for g in plan.gpus]
+
+
+def workload_rows(plan: av_result.Plan) -> list[tuple[Any, ...]]:
+    """One row per decision (:data:`WORKLOAD_COLUMNS`), reasons in full."""
+    return [(d.workload, d.kind.value if d.kind else '', d.host or '',
+             ' '.join(d.gpus), _grants(d) if d.grants else '', d.code.value,
+             d.existing, d.reason) for d in plan.decisions]
+
+
+def _flatten(data: Any, prefix: str = '') -> list[tuple[str, Any]]:
+    if not isinstance(data, dict):
+        return [(prefix, data)]
+    rows: list[tuple[str, Any]] = []
+    for key, value in data.items():
+        rows += _flatten(value, '%s.%s' % (prefix, key) if prefix else key)
+    return rows
+
+
+def summary_rows(plan: av_result.Plan) -> list[tuple[str, Any]]:
+    """The summary as (field, value) pairs, nested fields dotted."""
+    return _flatten(plan.summary())
 
 
 def check_chart_name(path: str) -> str:
@@ -185,17 +228,23 @@ def write_chart(plan: av_result.Plan, path: str) -> None:
     :raises AmdgpuVirtError: another extension, or PNG without matplotlib.
     """
     if check_chart_name(path) == '.svg':
-        fileutil.write_if_changed(path, av_chart.svg(plan.gpus))
+        fileutil.write_if_changed(path, av_chart.svg(
+            plan.gpus, decisions=plan.decisions))
     else:
-        av_chart.png(plan.gpus, path)
+        av_chart.png(plan.gpus, path, decisions=plan.decisions)
 
 
-class Plan(command.Command):
+class Plan(lister.Lister):
     """Plan GPU roles and workload placements for a fleet.
 
     Without arguments, plans the embedded sample fleet against the
-    embedded sample workloads. Exits 0 when a plan was made, even if some
-    workloads do not fit (they are reported with the reason).
+    embedded sample workloads and prints three parts: GPUs, workloads and
+    a summary. "-f json" or "-f yaml" prints them all (with the ledger) as
+    one document; "--part gpus|workloads|summary" prints one part through
+    the usual formatters ("-f table|json|yaml|value|csv", "-c COLUMN",
+    "--sort-column"), with every reason in full. Exits 0 when a plan was
+    made, even if some workloads do not fit (they are reported with the
+    reason).
     """
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
@@ -206,11 +255,14 @@ class Plan(command.Command):
                                  '"invalid" and plan the others; by default '
                                  'an invalid entry stops the command, naming '
                                  'the entry and each of its problems')
-        parser.add_argument('-f', '--format', choices=FORMATS,
-                            default='table',
-                            help='output format; json and yaml print every '
-                                 'GPU, workload, the summary and the ledger '
-                                 '(default: table)')
+        parser.add_argument(
+            '--part', choices=PARTS, default='all',
+            help='what to print: "all" (default) the three parts, as tables '
+                 'or, with -f json|yaml, as one document with the ledger; '
+                 'gpus (columns %s), workloads (%s) or summary (%s) alone, '
+                 'in any -f format, with -c to choose columns' % (
+                     ', '.join(GPU_COLUMNS), ', '.join(WORKLOAD_COLUMNS),
+                     ', '.join(SUMMARY_COLUMNS)))
         parser.add_argument('--output-ledger', metavar='FILE',
                             help='write the GPU roles and placements (YAML) '
                                  'to FILE, only when its content changes; '
@@ -221,25 +273,61 @@ class Plan(command.Command):
                                  '(.svg; .png needs matplotlib)')
         return parser
 
-    def take_action(self, parsed_args: argparse.Namespace) -> int:
+    def take_action(self, parsed_args: argparse.Namespace
+                    ) -> tuple[Sequence[str], list[tuple[Any, ...]]]:
+        part = parsed_args.part
+        if part == 'all' and (parsed_args.formatter not in (
+                'table', 'json', 'yaml') or parsed_args.columns
+                or parsed_args.sort_columns):
+            raise exception.AmdgpuVirtError(
+                '-f %s%s prints one table: choose it with --part gpus, '
+                'workloads or summary' % (
+                    parsed_args.formatter,
+                    ' with -c/--sort-column' if parsed_args.columns
+                    or parsed_args.sort_columns else ''))
         if parsed_args.chart:
             # Refuse a bad name before planning and printing, not after.
             check_chart_name(parsed_args.chart)
         plan = make_plan(self.app.get_conf(),  # type: ignore[attr-defined]
                          parsed_args)
-        out = self.app.stdout
-        if parsed_args.format == 'json':
-            out.write(json.dumps(plan_dict(plan), indent=2) + '\n')
-        elif parsed_args.format == 'yaml':
-            out.write(yamlutil.dump(plan_dict(plan)))
-        else:
-            out.write(render_table(plan))
         if parsed_args.output_ledger:
             fileutil.write_if_changed(parsed_args.output_ledger,
-                             yamlutil.dump(plan.state_dict()))
+                                      yamlutil.dump(plan.state_dict()))
         if parsed_args.chart:
             write_chart(plan, parsed_args.chart)
-        return 0
+        self._plan = plan
+        if part == 'workloads':
+            return WORKLOAD_COLUMNS, workload_rows(plan)
+        if part == 'summary':
+            return SUMMARY_COLUMNS, summary_rows(plan)
+        return GPU_COLUMNS, gpu_rows(plan)
+
+    def produce_output(self, parsed_args: argparse.Namespace,
+                       column_names: Sequence[str], data: Any) -> int:
+        out = self.app.stdout
+        if parsed_args.part == 'all':
+            if parsed_args.formatter == 'json':
+                out.write(json.dumps(plan_dict(self._plan), indent=2) + '\n')
+            elif parsed_args.formatter == 'yaml':
+                out.write(yamlutil.dump(plan_dict(self._plan)))
+            else:
+                out.write(render_table(self._plan))
+            return 0
+        if parsed_args.part == 'summary' and parsed_args.formatter in (
+                'json', 'yaml', 'value'):
+            # one object: {"placed": 40, "bound.placed": 41, ...}
+            rows = list(data)
+            fields = [r[0] for r in rows]
+            columns, selector = self._generate_columns_and_selector(
+                parsed_args, fields)
+            values = [r[1] for r in rows]
+            if selector is not None:
+                values = [v for v, keep in zip(values, selector,
+                                               strict=True) if keep]
+            self.formatter.emit_one(  # type: ignore[attr-defined]
+                columns, values, out, parsed_args)
+            return 0
+        return super().produce_output(parsed_args, column_names, data)
 
 
 class Explain(command.Command):

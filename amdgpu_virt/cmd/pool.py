@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from cliff import command
+from cliff import lister
 from oslo_config import cfg
 
 from amdgpu_virt import exception
@@ -23,7 +24,6 @@ from amdgpu_virt import ledger as av_ledger
 from amdgpu_virt import yamlutil
 from amdgpu_virt.cmd import main as av_main
 from amdgpu_virt.cmd import nova as cmd_nova
-from amdgpu_virt.cmd import plan as cmd_plan
 from amdgpu_virt.inventory import fleet as av_fleet
 from amdgpu_virt.inventory import snapshot
 from amdgpu_virt.model import HostInventory
@@ -375,12 +375,35 @@ def collect(app: Any, ledger: av_ledger.Ledger,
     return observations, warnings
 
 
-class Audit(command.Command):
+AUDIT_COLUMNS = ('Host', 'GPU', 'Severity', 'Finding', 'Detail')
+SEVERITIES = ('info', 'drift', 'conflict')
+
+
+def audit_summary(report: crossaudit.AuditReport,
+                  sides: Sequence[str]) -> str:
+    """One line: GPUs, offered and used per side, findings by severity."""
+    counts = {s: sum(1 for f in report.findings if f.severity == s)
+              for s in SEVERITIES}
+    return ('%d GPUs; offered: %s; in use: %s; %d stranded; '
+            '%d conflict(s), %d drift, %d info\n' % (
+                report.gpus, ', '.join(
+                    '%s %d' % (s, report.offered[s]) for s in sides),
+                ', '.join('%s %d' % (s, report.in_use[s]) for s in sides),
+                report.stranded, counts['conflict'], counts['drift'],
+                counts['info']))
+
+
+class Audit(lister.Lister):
     """Check that no GPU is offered or used by both clouds.
 
     Compares the ledger, the hosts' inventories, Placement (Nova) and the
-    Kubernetes API. Exit status 1 when there is a conflict, else 0.
+    Kubernetes API. Lists the findings (columns Host, GPU, Severity,
+    Finding, Detail) in any -f format, with -c to choose columns; -f json
+    or -f yaml without -c prints the whole report (counts, findings,
+    warnings). Exit status 1 when there is a conflict, else 0.
     """
+
+    conflicts = False
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser = super().get_parser(prog_name)
@@ -388,16 +411,14 @@ class Audit(command.Command):
                             help='the role ledger (YAML)')
         _add_inventory_args(parser)
         _add_side_args(parser)
-        parser.add_argument('-f', '--format', choices=('table', 'json'),
-                            default='table',
-                            help='output format (default: table)')
         parser.add_argument('--min-severity', default='info',
-                            choices=('info', 'drift', 'conflict'),
+                            choices=SEVERITIES,
                             help='list only findings at least this severe '
-                                 '(table format)')
+                                 '(not in the whole-report json/yaml)')
         return parser
 
-    def take_action(self, parsed_args: argparse.Namespace) -> int:
+    def take_action(self, parsed_args: argparse.Namespace
+                    ) -> tuple[Sequence[str], list[tuple[Any, ...]]]:
         if parsed_args.no_nova and parsed_args.no_k8s:
             raise exception.ConfigError(
                 option='--no-nova/--no-k8s',
@@ -411,35 +432,40 @@ class Audit(command.Command):
                                          'nova' in sides, 'k8s' in sides)
         report = crossaudit.audit(ledger, inventories.values(),
                                   observations, sides)
-        out = self.app.stdout
         for warning in warnings:
             self.app.stderr.write('warning: %s\n' % warning)
-        if parsed_args.format == 'json':
-            data = report.to_dict()
-            data['sides'] = list(sides)
-            data['warnings'] = warnings
-            out.write(json.dumps(data, indent=2, sort_keys=True) + '\n')
-        else:
-            order = ('info', 'drift', 'conflict')
-            floor = order.index(parsed_args.min_severity)
-            rows = [(f.host, str(f.address), f.severity, f.kind.value,
-                     f.message) for f in report.findings
-                    if order.index(f.severity) >= floor]
-            if rows:
-                out.write(cmd_plan.table(('HOST', 'GPU', 'SEVERITY',
-                                          'FINDING', 'DETAIL'), rows) + '\n')
-            counts = {s: sum(1 for f in report.findings if f.severity == s)
-                      for s in order}
-            out.write('%d GPUs; offered: %s; in use: %s; %d stranded; '
-                      '%d conflict(s), %d drift, %d info\n' % (
-                          report.gpus, ', '.join(
-                              '%s %d' % (s, report.offered[s])
-                              for s in sides), ', '.join(
-                              '%s %d' % (s, report.in_use[s])
-                              for s in sides), report.stranded,
-                          counts['conflict'], counts['drift'],
-                          counts['info']))
-        return 1 if report.conflicts else 0
+        self.report, self.sides, self.warnings = report, sides, warnings
+        self.conflicts = bool(report.conflicts)
+        floor = SEVERITIES.index(parsed_args.min_severity)
+        return AUDIT_COLUMNS, [
+            (f.host, str(f.address), f.severity, f.kind.value, f.message)
+            for f in report.findings
+            if SEVERITIES.index(f.severity) >= floor]
+
+    def produce_output(self, parsed_args: argparse.Namespace,
+                       column_names: Sequence[str], data: Any) -> int:
+        out = self.app.stdout
+        if parsed_args.formatter in ('json', 'yaml') \
+                and not parsed_args.columns:
+            document = self.report.to_dict()
+            document['sides'] = list(self.sides)
+            document['warnings'] = self.warnings
+            out.write(json.dumps(document, indent=2, sort_keys=True) + '\n'
+                      if parsed_args.formatter == 'json'
+                      else yamlutil.dump(document))
+            return 0
+        rows = list(data)
+        if rows or parsed_args.formatter != 'table':
+            super().produce_output(parsed_args, column_names, rows)
+        # the counts: under the table, on stderr for machine formats
+        summary = audit_summary(self.report, self.sides)
+        (out if parsed_args.formatter == 'table'
+         else self.app.stderr).write(summary)
+        return 0
+
+    def run(self, parsed_args: argparse.Namespace) -> int:
+        result = super().run(parsed_args)
+        return 1 if self.conflicts and not result else int(result)
 
 
 # --- move --------------------------------------------------------------------

@@ -83,12 +83,21 @@ kubernetes_opts: list[cfg.Opt] = [
         'vgpu_library', default='/usr/local/vgpu/libamvgpu.so',
         help='Host path of the LD_AUDIT library that enforces memory limits '
              'in containers on a shared GPU; it is mounted read-only at '
-             'the same path and named in LD_AUDIT.\n\n'
+             'the same path and named in LD_AUDIT. At start-up the node '
+             'agent and the device plugin check that it is a loadable ELF '
+             'shared object for this host; when it is not (missing, '
+             'truncated, a text file, a FIFO...), the node offers whole '
+             'GPUs only (one slot per GPU, as share_count = 1), the agent '
+             'labels the node amdgpu-virt.io/memory-hook=unavailable and '
+             'records a Warning event MemoryHookUnavailable naming the '
+             'path and the reason; install it and restart the pods to '
+             'share GPUs.\n\n'
              'Possible values:\n\n'
              '* an absolute path; HAMi installs it at '
              '/usr/local/vgpu/libamvgpu.so\n\n'
              'Related options:\n\n'
-             '* allocation_mode\n'),
+             '* allocation_mode (only ``hami`` needs it)\n'
+             '* share_count\n'),
     cfg.FloatOpt(
         'kubelet_poll_interval', default=1.0, min=0.05, max=60.0,
         help='Seconds between checks that kubelet.sock is unchanged (a '

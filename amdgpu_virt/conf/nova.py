@@ -124,9 +124,39 @@ Related options:
     cfg.StrOpt('dedicated_device_type', default='auto',
                choices=['auto', 'type-PF', 'type-PCI'],
                help="""
-Nova device type of a whole GPU. ``auto`` uses ``type-PF`` for models with
-SR-IOV (libvirt reports the SR-IOV capability even with no VFs enabled) and
-``type-PCI`` otherwise. This inference is unverified on real hardware.
+Nova device type (alias ``device_type``) of a whole GPU.
+
+Possible values:
+
+* auto: what nova-compute reports for the device: ``type-PF`` when the
+  host's ``sriov_totalvfs`` is above 0 (libvirt reports the SR-IOV
+  capability even with no VF enabled), ``type-PCI`` otherwise. Rendering
+  from the ledger alone (``nova aliases --ledger``, ``nova audit --ledger``)
+  cannot read the host and uses ``type-PF`` for models with SR-IOV.
+* type-PF, type-PCI: force one type; ``nova audit`` reports a GPU whose
+  host says otherwise (``wrong-device-type``), since Nova would never
+  match the alias to it.
+"""),
+    cfg.BoolOpt('per_gpu_traits', default=True,
+                help="""
+Put a per-GPU trait ``<trait_prefix>GPU_<n>`` on every GPU provider (``n``
+is the GPU's rank by PCI address among the host's AMD GPUs, from 0) and
+render, next to every alias, per-GPU aliases ``<alias>-gpu<n>`` requiring
+it. A flavor with ``gpus`` in ``flavors_file`` asks one alias per GPU, so
+every request group Nova sends Placement matches exactly one provider of a
+host: 8, 16 or 32 VFs on 8 GPUs get allocation candidates at once, where
+the plain alias makes Placement enumerate every combination of identical
+providers and never answer. The per-GPU aliases only tell GPUs apart with
+``[filter_scheduler] pci_in_placement = True``.
+
+Possible values:
+
+* True: per-GPU traits and aliases (default)
+* False: no per-GPU trait; flavors with ``gpus`` are refused
+
+Related options:
+
+* trait_prefix, flavors_file
 """),
     cfg.BoolOpt('managed', default=False,
                 help="""
@@ -154,11 +184,17 @@ YAML file defining the flavors ``nova flavors`` creates or updates. Format::
         count: 1
         numa_policy: preferred   # optional
         isolate: false           # optional: group_policy=isolate
+        gpus: 8                  # optional: count spread over GPUs 0..7
         extra_specs: {}          # optional
+
+``disk_gb`` must be above 0 (Nova's default policy
+``os_compute_api:servers:create:zero_disk_flavor`` lets only admins boot a
+disk 0 flavor from an image; ``nova flavors --allow-zero-disk`` accepts
+it). ``gpus`` asks through the per-GPU aliases (``per_gpu_traits``).
 
 Related options:
 
-* numa_policy
+* numa_policy, per_gpu_traits
 """),
     cfg.StrOpt('output_dir', default='/etc/nova/nova.conf.d',
                help="""

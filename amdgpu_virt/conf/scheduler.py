@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from oslo_config import cfg
 
+from amdgpu_virt.sharing import packing
+
 scheduler_group = cfg.OptGroup(
     'scheduler', title='Kubernetes scheduler extender',
     help='The HTTP extender kube-scheduler calls to filter, prioritize and '
@@ -63,6 +65,58 @@ scheduler_opts: list[cfg.Opt] = [
              'Possible values:\n\n'
              '* 0 to 25; keep it well below the extender httpTimeout '
              '(30s)\n'),
+    cfg.BoolOpt(
+        'packing', default=True,
+        help='Place binpack pods (the default node policy) by the '
+             'fragmentation score: among the nodes whose free CUs, free '
+             'memory, free slots and idle GPUs can hold the pod, the '
+             'placement that least increases the free capacity the '
+             'recent request mix could not use (after "Beware of '
+             'Fragmentation", USENIX ATC \'23), ties to the tightest fit. '
+             'Pods that name their GPU policy keep it on the chosen node; '
+             'spread pods keep HAMi\'s order.\n\n'
+             'Possible values:\n\n'
+             '* true: the fragmentation score\n'
+             '* false: HAMi\'s order (the busiest node that fits)\n\n'
+             'Related options:\n\n'
+             '* packing_window, packing_prior, packing_prior_weight, '
+             'packing_candidates\n'),
+    cfg.IntOpt(
+        'packing_window', default=500, min=1, max=1000000,
+        help='How many recent pod requests make the request mix the '
+             'fragmentation score is measured against.\n\n'
+             'Possible values:\n\n'
+             '* 1 to 1000000; smaller follows changes of the workload '
+             'faster\n\n'
+             'Related options:\n\n'
+             '* packing, packing_prior_weight\n'),
+    cfg.ListOpt(
+        'packing_prior', default=list(packing.DEFAULT_PRIOR),
+        help='The request mix assumed before (and besides) what pods ask, '
+             'as SIZE:WEIGHT items: a SIZE below 1 is a share of one GPU '
+             '(its CUs and memory in proportion), a whole number that '
+             'many whole GPUs.\n\n'
+             'Possible values:\n\n'
+             '* a list such as 0.1:2,0.5:2,1:2,8:1\n\n'
+             'Related options:\n\n'
+             '* packing_prior_weight\n'),
+    cfg.FloatOpt(
+        'packing_prior_weight', default=100.0, min=0.0, max=1000000.0,
+        help='How many requests the prior mix weighs once pods have been '
+             'seen.\n\n'
+             'Possible values:\n\n'
+             '* 0: only what pods ask (the prior until the first pod)\n'
+             '* a positive number of requests\n\n'
+             'Related options:\n\n'
+             '* packing_prior, packing_window\n'),
+    cfg.IntOpt(
+        'packing_candidates', default=32, min=1, max=100000,
+        help='Most nodes that fit compared per decision, tightest first '
+             '(bounds the decision time on large clusters).\n\n'
+             'Possible values:\n\n'
+             '* 1 (the tightest node that fits) to 100000\n\n'
+             'Related options:\n\n'
+             '* packing\n'),
     cfg.IntOpt(
         'watch_timeout', default=300, min=10, max=3600,
         help='Seconds one node or pod watch request lasts before the '

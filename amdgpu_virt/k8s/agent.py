@@ -29,6 +29,7 @@ from amdgpu_virt import exception
 from amdgpu_virt.k8s import client as k8s_client
 from amdgpu_virt.k8s import devices
 from amdgpu_virt.k8s import labels as node_labels
+from amdgpu_virt.k8s import memhook
 from amdgpu_virt.k8s import noderoles
 from amdgpu_virt.k8s import pods
 from amdgpu_virt.sharing import hami
@@ -157,6 +158,9 @@ class NodeAgent:
         self.writes = 0
         #: registrations attempted by the thread (failed ones included)
         self.attempts = 0
+        #: the memory-limit hook verdict (set by from_conf; published on
+        #: the node by memhook.publish)
+        self.memory_hook: memhook.HookStatus | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -317,11 +321,13 @@ def from_conf(conf: Any, inventory: Any,
     host = None
     if isinstance(store, KubernetesNodeStore):
         host, core_api = store.node_name, store.api
-    return NodeAgent(store, devices.units_from_inventory(inventory),
-                     group.share_count,
-                     health=deviceplugin.device_node_health(
-                         group.device_root),
-                     interval=group.registration_interval,
-                     roles=noderoles.from_conf(conf, host, core_api),
-                     gpus=({str(g.address): g for g in inventory.gpus}
-                           if group.node_labels else None))
+    share_count, hook = memhook.share_count(conf)
+    node_agent = NodeAgent(
+        store, devices.units_from_inventory(inventory), share_count,
+        health=deviceplugin.device_node_health(group.device_root),
+        interval=group.registration_interval,
+        roles=noderoles.from_conf(conf, host, core_api),
+        gpus=({str(g.address): g for g in inventory.gpus}
+              if group.node_labels else None))
+    node_agent.memory_hook = hook
+    return node_agent

@@ -41,6 +41,7 @@ import grpc
 from amdgpu_virt import exception
 from amdgpu_virt import model
 from amdgpu_virt.k8s import devices
+from amdgpu_virt.k8s import memhook
 from amdgpu_virt.k8s import noderoles
 from amdgpu_virt.k8s import pods as pods_mod
 from amdgpu_virt.k8s import sharedalloc
@@ -485,7 +486,8 @@ def from_conf(conf: Any, inventory: model.HostInventory,
     return DevicePlugin(
         inventory, plugin_dir=group.device_plugin_dir,
         socket_name=group.device_plugin_socket,
-        resource_name=group.resource_name, share_count=group.share_count,
+        resource_name=group.resource_name,
+        share_count=memhook.share_count(conf)[0],
         poll_interval=group.kubelet_poll_interval,
         health=device_node_health(group.device_root),
         pod_source=pod_source,

@@ -38,6 +38,7 @@ from amdgpu_virt.k8s import fit
 from amdgpu_virt.k8s import nodelock
 from amdgpu_virt.k8s import pods
 from amdgpu_virt.k8s import schedcache
+from amdgpu_virt.k8s import watching
 from amdgpu_virt.sharing import hami
 
 LOG = logging.getLogger(__name__)
@@ -474,14 +475,19 @@ class Service:
         import datetime
 
         from amdgpu_virt.sharing import allocator
+        from amdgpu_virt.sharing import packing
 
         group = conf.scheduler
         if core_api is None:
             from amdgpu_virt.k8s import client as k8s_client
             core_api = k8s_client.core_api(conf)
+        mix = packing.Mix(packing.parse_prior(group.packing_prior),
+                          group.packing_window,
+                          group.packing_prior_weight) \
+            if group.packing else None
         self.cache = schedcache.ClusterCache(
             allocator.load_strategy(conf.sharing.cu_strategy),
-            conf.kubernetes.resource_name)
+            conf.kubernetes.resource_name, mix, group.packing_candidates)
         locker = nodelock.NodeLocker(
             core_api, timeout=datetime.timedelta(
                 seconds=group.node_lock_timeout),
@@ -490,8 +496,11 @@ class Service:
             self.cache, core_api, locker,
             default_node_policy=group.node_scheduler_policy,
             default_gpu_policy=group.gpu_scheduler_policy)
-        self.watchers = schedcache.watchers(self.cache, core_api,
-                                            group.watch_timeout)
+        # this process is the extender's own: after each list, keep the
+        # loaded objects out of the cyclic collector's full passes
+        self.watchers = watching.watchers(
+            self.cache, core_api, group.watch_timeout,
+            after_list=watching.settle_memory)
         try:
             self.server = make_server(self.extender, group.host, group.port)
         except OSError as err:

@@ -21,7 +21,11 @@ semantics:
 * among nodes, ``hami.io/node-scheduler-policy`` picks the busiest
   (``binpack``) or idlest (``spread``) node that fits, by the usage before
   the pod (ties: node name), so a decision looks at as few nodes as it
-  needs.
+  needs;
+* with a fragmentation score (:mod:`amdgpu_virt.sharing.packing`, passed
+  by the cache for ``binpack`` pods), the GPUs that fit are ranked by how
+  little the placement grows the node's expected fragmentation, unless
+  the pod names its GPU policy.
 
 "Does not fit" is a readable reason string, never an exception.
 """
@@ -32,7 +36,9 @@ import collections
 import dataclasses
 import logging
 import operator
+from collections.abc import Callable
 from collections.abc import Iterable
+from collections.abc import Iterator
 from collections.abc import Mapping
 from collections.abc import Sequence
 from typing import Any
@@ -40,6 +46,7 @@ from typing import Any
 from amdgpu_virt import exception
 from amdgpu_virt.sharing import allocator
 from amdgpu_virt.sharing import hami
+from amdgpu_virt.sharing import packing
 
 LOG = logging.getLogger(__name__)
 
@@ -90,10 +97,34 @@ class PodRequest:
     nouse_uuids: frozenset[str] = frozenset()
     node_policy: str = hami.DEFAULT_NODE_SCHEDULER_POLICY
     gpu_policy: str = hami.DEFAULT_GPU_SCHEDULER_POLICY
+    #: the pod names its GPU policy (else it is the default)
+    gpu_policy_set: bool = False
 
     @property
     def wants_gpus(self) -> bool:
         return any(c.nums for c in self.containers)
+
+    @property
+    def filtered(self) -> bool:
+        """The pod restricts which GPUs it takes (types or uuids)."""
+        return bool(self.use_types or self.nouse_types or self.use_uuids
+                    or self.nouse_uuids)
+
+    def shapes(self, reference_mem: int) -> tuple[packing.Shape, ...]:
+        """The containers' shapes for the request mix; memory as a
+        fraction of ``reference_mem`` MiB."""
+        result = []
+        for want in self.containers:
+            if not want.nums:
+                continue
+            if want.exclusive:
+                result.append(packing.Shape.whole_gpus(want.nums))
+            else:
+                result.append(packing.Shape.share(
+                    want.percent / 100,
+                    want.mem / reference_mem if want.mem and reference_mem
+                    else 1.0, want.nums, want.mem))
+        return tuple(result)
 
 
 def _quantity(field: str, value: Any) -> int:
@@ -193,7 +224,8 @@ def pod_request(pod: Mapping[str, Any],
         nouse_types=_words(annotations, hami.NOUSE_GPUTYPE),
         use_uuids=frozenset(_words(annotations, hami.USE_GPU_UUID)),
         nouse_uuids=frozenset(_words(annotations, hami.NOUSE_GPU_UUID)),
-        node_policy=policies[0], gpu_policy=policies[1])
+        node_policy=policies[0], gpu_policy=policies[1],
+        gpu_policy_set=bool(annotations.get(hami.GPU_SCHEDULER_POLICY)))
 
 
 # --- what a node offers ------------------------------------------------------
@@ -213,6 +245,13 @@ class GpuState:
     used_cores: int
     used_mem: int
     free_mask: int
+    #: free CUs a new consumer may get (the counts and the CU view agree)
+    usable_cores: int = dataclasses.field(init=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, 'usable_cores', max(0, min(
+            self.info.devcore - self.used_cores,
+            self.free_mask.bit_count())))
 
     @property
     def free_cores(self) -> int:
@@ -221,6 +260,20 @@ class GpuState:
     @property
     def free_mem(self) -> int:
         return self.info.devmem - self.used_mem
+
+    @property
+    def idle(self) -> bool:
+        """Nothing uses the GPU: a whole-GPU request may take it."""
+        return not (self.used_slots or self.used_cores or self.used_mem) \
+            and self.usable_cores >= self.info.devcore
+
+    def free(self) -> packing.GpuFree:
+        """What is free, for the fragmentation score."""
+        info = self.info
+        return packing.GpuFree(
+            round(self.usable_cores / info.devcore, 4),
+            round(max(0, self.free_mem) / info.devmem, 4),
+            self.used_slots < info.count, self.idle, max(0, self.free_mem))
 
     @property
     def usage(self) -> float:
@@ -249,6 +302,12 @@ class NodeView:
     #: sort keys of the node policies (busiest or idlest first, by name)
     rank_binpack: tuple[float, str] = (0.0, '')
     rank_spread: tuple[float, str] = (0.0, '')
+    #: healthy GPUs, what is free on them (same order), idle ones, and
+    #: the free CUs (in GPUs) of the others
+    healthy: tuple[GpuState, ...] = ()
+    frees: tuple[packing.GpuFree, ...] = ()
+    idle_gpus: int = 0
+    partial_free: float = 0.0
 
 
 def usable_device(device: hami.DeviceInfo) -> str | None:
@@ -322,8 +381,10 @@ def build_view(name: str, devices: Sequence[hami.DeviceInfo],
                 count -= mask.bit_count()
             if count > 0:
                 pending.append((owner, uuid, count))
-    allocators = {}
-    for uuid, device in by_id.items():
+    allocators: dict[str, allocator.CuAllocator] = {}
+    for uuid in {uuid for _o, uuid, _m in stored} | \
+            {uuid for _o, uuid, _c in pending}:
+        device = by_id[uuid]
         allocators[uuid] = allocator.CuAllocator(
             uuid, device.devcore, unit=device.cu_unit, strategy=strategy)
     for owner, uuid, mask in stored:
@@ -346,22 +407,27 @@ def build_view(name: str, devices: Sequence[hami.DeviceInfo],
                       name, count, uuid, owner)
     states = []
     for uuid, device in by_id.items():
-        alloc = allocators[uuid]
-        free = allocator.whole_units(alloc.free_mask, device.cu_unit)
+        used_alloc = allocators.get(uuid)
+        # an untouched GPU: all its CUs (whole units, see usable_device)
+        free = (1 << device.devcore) - 1 if used_alloc is None else \
+            allocator.whole_units(used_alloc.free_mask, device.cu_unit)
         states.append(GpuState(device, device.cu_unit, slots[uuid],
                                cores[uuid], mem[uuid], free))
     states.sort(key=lambda s: (s.info.index, s.info.id))
     usage = sum(s.usage for s in states) / (3 * len(states)) if states \
         else 0.0
-    healthy = [s for s in states if s.info.health]
+    healthy = tuple(s for s in states if s.info.health)
+    frees = tuple(s.free() for s in healthy)
     return NodeView(
         name=name, gpus=tuple(states), problem=problem, usage=usage,
-        max_free_cores=max((min(s.free_cores, s.free_mask.bit_count())
-                            for s in healthy), default=0),
+        max_free_cores=max((s.usable_cores for s in healthy), default=0),
         max_free_mem=max((s.free_mem for s in healthy), default=0),
         open_gpus=sum(1 for s in healthy
                       if s.used_slots < s.info.count),
-        rank_binpack=(-usage, name), rank_spread=(usage, name))
+        rank_binpack=(-usage, name), rank_spread=(usage, name),
+        healthy=healthy, frees=frees,
+        idle_gpus=sum(1 for f in frees if f.idle),
+        partial_free=sum(f.cus for f in frees if not f.idle))
 
 
 # --- the decision ------------------------------------------------------------
@@ -421,11 +487,40 @@ def _gpu_problem(gpu: GpuState, state: _Tentative, want: ContainerRequest,
     return None
 
 
+def _tentative_free(info: hami.DeviceInfo,
+                    state: _Tentative) -> packing.GpuFree:
+    cores = max(0, min(info.devcore - state.cores,
+                       state.free_mask.bit_count()))
+    return packing.GpuFree(
+        round(cores / info.devcore, 4),
+        round(max(0, info.devmem - state.mem) / info.devmem, 4),
+        state.slots < info.count,
+        not (state.slots or state.cores or state.mem)
+        and cores >= info.devcore, max(0, info.devmem - state.mem))
+
+
+def packed_gpu_cost(score: packing.Score, view: NodeView,
+                    info: hami.DeviceInfo, state: _Tentative, cus: int,
+                    mem: int) -> tuple[float, float]:
+    """(fragmentation added, free CUs left) when ``cus`` CUs and ``mem``
+    MiB of GPU ``info`` (now at ``state``) go to one more consumer: the
+    lower the better (the second: the tightest fit first)."""
+    free = _tentative_free(info, state)
+    cost = packing.share_cost(
+        score, free, cus / info.devcore, mem / info.devmem,
+        state.slots + 1 < info.count, view.idle_gpus, view.partial_free,
+        mem)
+    return round(cost, 9), free.cus - cus / info.devcore
+
+
 def fit_node(view: NodeView, request: PodRequest,
-             strategy: allocator.CuStrategy | None = None
-             ) -> NodeFit | str:
+             strategy: allocator.CuStrategy | None = None,
+             score: packing.Score | None = None) -> NodeFit | str:
     """Place every container of ``request`` on ``view``'s GPUs.
 
+    :param score: rank the GPUs that fit by the fragmentation the
+        placement adds (see :func:`packed_gpu_cost`) rather than by the
+        pod's GPU policy.
     :returns: the placement, or why the node does not fit.
     """
     if view.problem:
@@ -466,8 +561,12 @@ def fit_node(view: NodeView, request: PodRequest,
             run = _smallest_run(state.free_mask, cus)
             usage = (state.slots / info.count + state.cores / info.devcore
                      + state.mem / info.devmem)
-            key = (run is None, -usage if binpack else usage,
-                   run or 0, info.index, info.id)
+            rank: Any
+            if score is not None:
+                rank = packed_gpu_cost(score, view, info, state, cus, mem)
+            else:
+                rank = -usage if binpack else usage
+            key = (run is None, rank, run or 0, info.index, info.id)
             candidates.append((key, gpu, cus, mem))
         if len(candidates) < want.nums:
             return 'container %r (%s): %d of %d GPUs fit%s' % (
@@ -541,6 +640,49 @@ def placement_usage(view: NodeView, placement: NodeFit) -> float:
             (gpu.used_cores + add_cores[uuid]) / info.devcore + \
             (gpu.used_mem + add_mem[uuid]) / info.devmem
     return total / (3 * len(view.gpus))
+
+
+class Reasons(Mapping[str, str]):
+    """node -> why it was not chosen, for thousands of nodes: the
+    ``specific`` reasons, and ``default`` (a text, or a function of the
+    node name) for every other name of ``names`` outside ``exclude``,
+    made only when read.
+    """
+
+    def __init__(self, names: Iterable[str], specific: Mapping[str, str],
+                 default: str | Callable[[str], str],
+                 exclude: Iterable[str] = ()) -> None:
+        self._names = names
+        self._set: set[str] | frozenset[str] | None = \
+            names if isinstance(names, (set, frozenset)) else None
+        self._specific = specific
+        self._default = default
+        self._exclude = set(exclude)
+
+    def _known(self) -> set[str] | frozenset[str]:
+        if self._set is None:
+            self._set = set(self._names)
+        return self._set
+
+    def __getitem__(self, name: str) -> str:
+        if name in self._exclude or name not in self._known():
+            raise KeyError(name)
+        reason = self._specific.get(name)
+        if reason is not None:
+            return reason
+        if isinstance(self._default, str):
+            return self._default
+        return self._default(name)
+
+    def __iter__(self) -> Iterator[str]:
+        seen = set(self._exclude)
+        for name in self._names:
+            if name not in seen:
+                seen.add(name)
+                yield name
+
+    def __len__(self) -> int:
+        return sum(1 for _name in self)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -622,18 +764,27 @@ def decide_in_order(ordered: Iterable[NodeView], names: Iterable[str],
             chosen = result
             break
         failed[view.name] = result
-    if chosen is not None:
-        reason = 'node %s was chosen (%s %s)' % (
-            chosen.node, hami.NODE_SCHEDULER_POLICY, request.node_policy)
-        # every other node, at C speed; then the reasons known better
-        others = dict.fromkeys(names, reason)
-        del others[chosen.node]
-        others.update(failed)
-        for name in unresolvable:
-            others.pop(name, None)
-        none = 'no AMD GPU registered in %s' % hami.NODE_REGISTER
-        for name in without_gpus:
-            if others.pop(name, None) is not None:
-                unresolvable[name] = none
-        failed = others
-    return Decision(chosen, failed, unresolvable)
+    if chosen is None:
+        return Decision(None, failed, unresolvable)
+    return chosen_decision(
+        chosen, names, failed, unresolvable, without_gpus,
+        'node %s was chosen (%s %s)' % (
+            chosen.node, hami.NODE_SCHEDULER_POLICY, request.node_policy))
+
+
+def chosen_decision(chosen: NodeFit, names: Iterable[str],
+                    failed: Mapping[str, str],
+                    unresolvable: dict[str, str], without_gpus: Iterable[str],
+                    reason: str) -> Decision:
+    """The decision for ``chosen``: every other node of ``names`` failed
+    with its known reason or ``reason``; nodes without AMD GPUs are
+    unresolvable."""
+    known = names if isinstance(names, (set, frozenset)) else set(names)
+    none = 'no AMD GPU registered in %s' % hami.NODE_REGISTER
+    for name in without_gpus:
+        if name in known and name not in unresolvable and \
+                name != chosen.node:
+            unresolvable[name] = none
+    return Decision(chosen, Reasons(known, failed, reason,
+                                    [chosen.node, *unresolvable]),
+                    unresolvable)

@@ -4,9 +4,8 @@
 ``hami.io/node-amd-register``) and pods (their
 ``hami.io/amd-devices-allocated`` and ``hami.io/amd-cu-allocated``), fed
 object by object (:meth:`ClusterCache.set_node`, :meth:`set_pod`, ...) by
-:class:`Watcher` threads that list once and then watch from the list's
-resourceVersion, listing again on ``410 Gone``. A decision is taken on the
-cache, never on a fresh list.
+the watchers of :mod:`amdgpu_virt.k8s.watching`. A decision is taken on
+the cache, never on a fresh list.
 
 What a filter decides is *reserved* in the cache at once, under the same
 lock as the decision, so that concurrent requests cannot give the same
@@ -14,6 +13,16 @@ CUs twice before the watch shows the pod's new annotations. A reservation
 ends when the watch delivers the pod at or after the version that the
 annotation write returned, when the pod is deleted, or when the write
 failed.
+
+Each node's view carries a summary (free CUs, free memory and free slots
+per GPU, idle GPUs) and the node sits in two bucketed indexes kept as
+views change: by the most free CUs one GPU with a free slot has (in
+1/:data:`BUCKETS` of a GPU) and by its idle GPUs. With a
+:class:`~amdgpu_virt.sharing.packing.Mix` (the fragmentation score), a
+``binpack`` pod is only tried on nodes whose bucket can hold it, tightest
+first, and placed where the expected fragmentation grows least among the
+first ``candidates`` nodes that fit: a decision does not rescan the
+cluster.
 
 Bad annotations written by someone else never stop the cache: a device
 that cannot be read is left out of its node; a node whose registration
@@ -26,12 +35,11 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
-import gc
+import functools
 import json
 import logging
 import operator
 import threading
-from collections.abc import Callable
 from collections.abc import Iterable
 from collections.abc import Mapping
 from collections.abc import Sequence
@@ -41,10 +49,48 @@ from amdgpu_virt import exception
 from amdgpu_virt.k8s import fit
 from amdgpu_virt.sharing import allocator
 from amdgpu_virt.sharing import hami
+from amdgpu_virt.sharing import packing
 
 LOG = logging.getLogger(__name__)
 
 DONE_PHASES = ('Succeeded', 'Failed')
+#: buckets of the free-CU index (one per 1/BUCKETS of a GPU)
+BUCKETS = 32
+_UNKNOWN = ('node unknown to the extender (no such node, or the cache is '
+            'not up to date yet)')
+
+
+@functools.lru_cache(maxsize=4096)
+def _cus(percent: int, devcore: int, unit: int) -> int:
+    return hami.percent_to_cus(percent, devcore, unit)
+
+
+def share_bucket(view: fit.NodeView) -> int:
+    """The free-CU bucket of ``view`` (-1: no GPU takes a share)."""
+    if view.problem:
+        return -1
+    best = max((f.cus for f in view.frees if f.slot and f.mem > 0),
+               default=0.0)
+    return int(best * BUCKETS) if best > 0 else -1
+
+
+def idle_bucket(view: fit.NodeView) -> int:
+    """The idle-GPU bucket of ``view`` (0: none idle, or a problem)."""
+    return 0 if view.problem else view.idle_gpus
+
+
+def free_bucket(view: fit.NodeView) -> int:
+    """Free CUs of the whole node in quarters of a GPU (the order within
+    the other buckets: the tightest nodes first)."""
+    return int(4 * (view.partial_free + view.idle_gpus))
+
+
+def buckets_of(view: fit.NodeView) -> tuple[int, int, int]:
+    """(share bucket, idle bucket, free bucket) of ``view``."""
+    return share_bucket(view), idle_bucket(view), free_bucket(view)
+
+
+_Index = dict[int, dict[int, dict[str, None]]]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -197,12 +243,41 @@ class ClusterCache:
     """Nodes, pods and reservations, guarded by one lock.
 
     :param strategy: the device plugin's CU strategy (for the CU view).
+
+    :param mix: rank ``binpack`` pods by the fragmentation score of this
+        request mix (None: HAMi's order, the busiest node first).
+    :param candidates: nodes that fit to compare, at most, per decision.
     """
 
     def __init__(self, strategy: allocator.CuStrategy | None = None,
-                 resource: str = hami.RESOURCE_GPU) -> None:
+                 resource: str = hami.RESOURCE_GPU,
+                 mix: packing.Mix | None = None,
+                 candidates: int = 32) -> None:
         self.strategy = strategy or allocator.BestFitStrategy()
         self.resource = resource
+        self.mix = mix
+        self.candidates = max(1, candidates)
+        #: name -> (share bucket, idle bucket) of each indexed node
+        self._bucket_of: dict[str, tuple[int, int, int]] = {}
+        #: share bucket or idle GPUs -> free bucket -> node names
+        self._shares: _Index = {}
+        self._idle: _Index = {}
+        #: (node, request shape) -> (view, its best placement key)
+        self._costs: dict[tuple[str, Any], tuple[Any, Any]] = {}
+        self._cost_score: packing.Score | None = None
+        #: the last candidate names and what they resolved to
+        self._names: Sequence[str] | None = None
+        self._wanted: tuple[set[str], set[str]] = (set(), set())
+        #: most memory of one GPU (request memory as a fraction), fewest
+        #: CUs of one GPU
+        self.reference_mem = 0
+        self._min_devcore = allocator.MAX_CUS
+        #: nodes by registration shape (GPU memory sizes), for the
+        #: "never fits" answers
+        self._shapes: dict[tuple[int, ...], dict[str, None]] = {}
+        self._shape_of: dict[str, tuple[int, ...]] = {}
+        #: nodes that take nothing now, and why
+        self._problems: dict[str, str] = {}
         self.lock = threading.RLock()
         self._nodes: dict[str, NodeEntry] = {}
         self._pods: dict[str, PodEntry] = {}
@@ -280,6 +355,13 @@ class ClusterCache:
         with self.lock:
             self._nodes = {entry.name: entry for entry in entries}
             self._views.clear()
+            self._bucket_of.clear()
+            self._shares.clear()
+            self._idle.clear()
+            self._shapes.clear()
+            self._shape_of.clear()
+            self._problems.clear()
+            self._names = None
             self._dirty = set(self._nodes)
             self.nodes_synced.set()
 
@@ -341,7 +423,11 @@ class ClusterCache:
         """Rebuild the views of the nodes that changed, and keep the nodes
         ranked by both node policies (lock held)."""
         full = len(self._dirty) * 4 > len(self._views)
+        if self._dirty - self._views.keys() or \
+                self._dirty - self._nodes.keys():
+            self._names = None   # the known nodes change
         for name in self._dirty:
+            self._unindex(name)
             old = self._views.pop(name, None)
             if old is not None and not full:
                 for ranks, key in ((self._by_binpack, old.rank_binpack),
@@ -355,6 +441,7 @@ class ClusterCache:
                 continue
             view = self._build(entry)
             self._views[name] = view
+            self._index(view)
             if not full:
                 bisect.insort(self._by_binpack, view.rank_binpack)
                 bisect.insort(self._by_spread, view.rank_spread)
@@ -368,6 +455,72 @@ class ClusterCache:
                                       for v in self._views.values())
             self._by_spread = sorted(v.rank_spread
                                      for v in self._views.values())
+
+    def _index(self, view: fit.NodeView) -> None:
+        for gpu in view.gpus:
+            if gpu.info.devmem > self.reference_mem:
+                self.reference_mem = gpu.info.devmem
+            if gpu.info.devcore < self._min_devcore:
+                self._min_devcore = gpu.info.devcore
+        if view.problem:
+            self._problems[view.name] = view.problem
+        elif view.gpus:
+            shape = tuple(sorted(g.info.devmem for g in view.gpus))
+            self._shape_of[view.name] = shape
+            self._shapes.setdefault(shape, {})[view.name] = None
+        buckets = buckets_of(view)
+        self._bucket_of[view.name] = buckets
+        if buckets[0] >= 0:
+            self._shares.setdefault(buckets[0], {}).setdefault(
+                buckets[2], {})[view.name] = None
+        if buckets[1]:
+            self._idle.setdefault(buckets[1], {}).setdefault(
+                buckets[2], {})[view.name] = None
+
+    def _unindex(self, name: str) -> None:
+        self._problems.pop(name, None)
+        shape = self._shape_of.pop(name, None)
+        if shape is not None:
+            group = self._shapes[shape]
+            group.pop(name, None)
+            if not group:
+                del self._shapes[shape]
+        buckets = self._bucket_of.pop(name, None)
+        if buckets is None:
+            return
+        for index, key in ((self._shares, buckets[0]),
+                           (self._idle, buckets[1])):
+            row = index.get(key)
+            if row is None:
+                continue
+            names = row[buckets[2]]
+            del names[name]
+            if not names:
+                del row[buckets[2]]
+                if not row:
+                    del index[key]
+
+    def index_snapshot(self) -> dict[str, tuple[int, int, int]]:
+        """name -> (share bucket, idle bucket, free bucket) of every node
+        in the indexes, read back from them (for checks against a
+        recomputation, see :func:`buckets_of`)."""
+        with self.lock:
+            if self._dirty:
+                self._sync_views()
+            shares: dict[str, tuple[int, int]] = {}
+            idle: dict[str, tuple[int, int]] = {}
+            for index, found in ((self._shares, shares),
+                                 (self._idle, idle)):
+                for key, row in index.items():
+                    for free, names in row.items():
+                        for name in names:
+                            found[name] = (key, free)
+            result = {}
+            for name in shares.keys() | idle.keys():
+                free = (shares.get(name) or idle[name])[1]
+                result[name] = (shares.get(name, (-1, 0))[0],
+                                idle.get(name, (0, 0))[0], free)
+            return result
 
     def view(self, name: str) -> fit.NodeView | None:
         """The node's view, or None when the node is unknown."""
@@ -421,6 +574,10 @@ class ClusterCache:
             previous = self._reserved.get(key)
             self._reserved[key] = _Reservation(None, (), '')
             self._refresh(key)
+            if self.mix is not None and request.node_policy == 'binpack':
+                if self._dirty:
+                    self._sync_views()
+                self.mix.record(request.shapes(self.reference_mem))
             decision = self._decide(request, names)
             if decision.fit is None:
                 if previous is None:
@@ -434,20 +591,250 @@ class ClusterCache:
             self._refresh(key)
             return decision
 
-    def _decide(self, request: fit.PodRequest,
-                names: Sequence[str]) -> fit.Decision:
-        """:func:`fit.decide_in_order` over the ranked nodes (lock held)."""
-        if self._dirty:
-            self._sync_views()
+    def _known(self, names: Sequence[str]) -> tuple[set[str], set[str]]:
+        """(known, unknown) names; the last answer is kept while the
+        names and the known nodes stay the same (lock held)."""
+        if self._names is not None and (names is self._names or
+                                        names == self._names):
+            return self._wanted
         wanted = set(names)
         unknown = wanted - self._views.keys()
         known = wanted - unknown if unknown else wanted
+        self._names = names
+        self._wanted = (known, unknown)
+        return self._wanted
+
+    def _decide(self, request: fit.PodRequest,
+                names: Sequence[str]) -> fit.Decision:
+        """Only the nodes whose buckets may hold ``request`` are tried:
+        the packed decision, or the first that fits in the order of the
+        pod's node policy (lock held)."""
+        if self._dirty:
+            self._sync_views()
+        known, unknown = self._known(names)
+        unresolvable = self._unresolvable(request, known, unknown)
+        if self.mix is not None and request.node_policy == 'binpack':
+            return self._decide_packed(request, known, unresolvable)
+        candidates = {name: None for name in self._candidate_names(request)
+                      if name in known and name not in unresolvable}
         ranks = self._by_spread if request.node_policy == 'spread' \
             else self._by_binpack
         views = self._views
-        ordered = (views[name] for _rank, name in ranks if name in known)
-        return fit.decide_in_order(ordered, known, request, unknown,
-                                   self.strategy, self._without_gpus)
+        if len(candidates) * 8 < len(ranks):
+            rank = operator.attrgetter(
+                'rank_spread' if request.node_policy == 'spread'
+                else 'rank_binpack')
+            ordered: Iterable[fit.NodeView] = sorted(
+                (views[name] for name in candidates), key=rank)
+        else:
+            ordered = (views[name] for _rank, name in ranks
+                       if name in candidates)
+        failed = self._closed(known)
+        for view in ordered:
+            result = fit.quick_reject(view, request) or fit.fit_node(
+                view, request, self.strategy)
+            if isinstance(result, fit.NodeFit):
+                return fit.chosen_decision(
+                    result, known, failed, unresolvable, (),
+                    'node %s was chosen (%s %s)' % (
+                        result.node, hami.NODE_SCHEDULER_POLICY,
+                        request.node_policy))
+            failed[view.name] = result
+        return self._no_fit(request, known, failed, unresolvable)
+
+    def _unresolvable(self, request: fit.PodRequest, known: set[str],
+                      unknown: set[str]) -> dict[str, str]:
+        """Known nodes that can never take ``request`` as registered, by
+        registration shape, and the unknown ones."""
+        result = dict.fromkeys(unknown, _UNKNOWN)
+        none = 'no AMD GPU registered in %s' % hami.NODE_REGISTER
+        for name in self._without_gpus:
+            if name in known:
+                result[name] = none
+        for group in self._shapes.values():
+            first = next(iter(group))
+            reason = fit._never_fits(self._views[first], request)
+            if reason is None:
+                continue
+            for name in group:
+                if name in known:
+                    # the reason names the node's own sizes: all alike
+                    result[name] = reason
+        return result
+
+    def _closed(self, known: set[str]) -> dict[str, str]:
+        """The known nodes that take nothing now, with why."""
+        return {name: problem for name, problem in self._problems.items()
+                if name in known}
+
+    def _no_fit(self, request: fit.PodRequest, known: set[str],
+                failed: dict[str, str],
+                unresolvable: dict[str, str]) -> fit.Decision:
+        return fit.Decision(None, fit.Reasons(
+            known, failed, functools.partial(self._summary_reason, request),
+            unresolvable), unresolvable)
+
+    def _candidate_names(self, request: fit.PodRequest) -> Iterable[str]:
+        """Nodes whose buckets may hold ``request``, tightest first."""
+        idle = sum(w.nums for w in request.containers
+                   if w.nums and w.exclusive)
+        if idle:
+            for count in sorted(self._idle):
+                if count >= idle:
+                    row = self._idle[count]
+                    for free in sorted(row):
+                        yield from row[free]
+            return
+        need = min((w.percent for w in request.containers if w.nums),
+                   default=100)
+        # percent_to_cus floors: a GPU may take 1 CU less than the percent
+        first = max(0, int((need / 100 - 1 / max(1, self._min_devcore))
+                           * BUCKETS))
+        for bucket in range(first, BUCKETS + 1):
+            shares = self._shares.get(bucket)
+            if shares:
+                for free in sorted(shares):
+                    yield from shares[free]
+
+    @staticmethod
+    def _fast_key(score: packing.Score, view: fit.NodeView,
+                  want: fit.ContainerRequest) -> Any:
+        """The best placement key of a one-container request on
+        ``view`` from its summary, or None when no GPU holds it."""
+        usage = -view.usage
+        if want.exclusive:
+            left = view.idle_gpus - want.nums
+            if left < 0:
+                return None
+            partial = view.partial_free
+            cost = score.whole_fragment(left, partial) - \
+                score.whole_fragment(view.idle_gpus, partial)
+            return (round(cost, 9), float(left), usage, view.name)
+        best = None
+        for gpu, free in zip(view.healthy, view.frees, strict=True):
+            info = gpu.info
+            if gpu.used_slots >= info.count:
+                continue
+            cus = _cus(want.percent, info.devcore, gpu.unit)
+            mem = want.mem or info.devmem
+            if gpu.usable_cores < cus or gpu.free_mem < mem or \
+                    mem > info.devmem:
+                continue
+            cost = packing.share_cost(
+                score, free, cus / info.devcore, mem / info.devmem,
+                gpu.used_slots + 1 < info.count, view.idle_gpus,
+                view.partial_free, mem)
+            key = (round(cost, 9), free.cus - cus / info.devcore, usage,
+                   view.name)
+            if best is None or key < best:
+                best = key
+        return best
+
+    def _decide_packed(self, request: fit.PodRequest, known: set[str],
+                       unresolvable: dict[str, str]) -> fit.Decision:
+        """The placement that grows expected fragmentation least, among
+        the first nodes of the indexes that hold the request."""
+        assert self.mix is not None
+        score = self.mix.score
+        if score is not self._cost_score:
+            self._costs.clear()
+            self._cost_score = score
+        gpu_score = score if not request.gpu_policy_set or \
+            request.gpu_policy == 'binpack' else None
+        wants = [w for w in request.containers if w.nums]
+        fast = gpu_score is not None and not request.filtered and \
+            len(wants) == 1 and (wants[0].exclusive or wants[0].nums == 1)
+        shape = (wants[0].nums, wants[0].percent, wants[0].mem,
+                 wants[0].exclusive) if fast else None
+        views = self._views
+        failed = self._closed(known)
+        found: list[tuple[Any, fit.NodeView, fit.NodeFit | None]] = []
+        for name in self._candidate_names(request):
+            if name not in known or name in unresolvable:
+                continue
+            view = views[name]
+            if shape is not None:
+                memo = self._costs.get((name, shape))
+                if memo is not None and memo[0] is view:
+                    key = memo[1]
+                else:
+                    key = self._fast_key(score, view, wants[0])
+                    self._costs[(name, shape)] = (view, key)
+                if key is None:
+                    failed[name] = fit.quick_reject(view, request) or \
+                        'container %r (%s): no GPU holds it' % (
+                            wants[0].name, wants[0].describe())
+                    continue
+                found.append((key, view, None))
+            else:
+                result = fit.quick_reject(view, request) or fit.fit_node(
+                    view, request, self.strategy, gpu_score)
+                if isinstance(result, str):
+                    failed[name] = result
+                    continue
+                found.append((self._placement_key(score, view, result),
+                              view, result))
+            if len(found) >= self.candidates:
+                break
+        found.sort(key=lambda item: item[0])
+        for _key, view, placement in found:
+            result = placement or fit.fit_node(view, request, self.strategy,
+                                               gpu_score)
+            if isinstance(result, fit.NodeFit):
+                return fit.chosen_decision(
+                    result, known, failed, unresolvable, (),
+                    'node %s was chosen (least fragmentation among the '
+                    'nodes that fit)' % result.node)
+            failed[view.name] = result
+        return self._no_fit(request, known, failed, unresolvable)
+
+    @staticmethod
+    def _placement_key(score: packing.Score, view: fit.NodeView,
+                       placement: fit.NodeFit) -> Any:
+        index = {gpu.info.id: n for n, gpu in enumerate(view.healthy)}
+        changes: dict[int, packing.GpuFree] = {}
+        taken = 0.0
+        for container in placement.containers:
+            for used in container:
+                n = index[used.uuid]
+                gpu = view.healthy[n]
+                info = gpu.info
+                before = changes.get(n, view.frees[n])
+                share = used.usedcores / info.devcore
+                taken += share
+                changes[n] = packing.after(
+                    before, share, used.usedmem / info.devmem,
+                    gpu.used_slots + 1 < info.count, used.usedmem)
+        cost = packing.placement_cost(score, view.frees, changes)
+        left = sum(f.cus for f in view.frees) - taken
+        return (round(cost, 9), left, -view.usage, view.name)
+
+    def _summary_reason(self, request: fit.PodRequest, name: str) -> str:
+        """Why the node's summary rules ``request`` out (nodes the
+        indexes skipped)."""
+        view = self._views.get(name)
+        if view is None:
+            return _UNKNOWN
+        reason = fit.quick_reject(view, request)
+        if reason:
+            return reason
+        for want in request.containers:
+            if not want.nums:
+                continue
+            if want.exclusive:
+                if view.idle_gpus < want.nums:
+                    return 'container %r (%s): in use (a whole GPU was ' \
+                        'asked): %d of %d GPUs idle' % (
+                            want.name, want.describe(), view.idle_gpus,
+                            len(view.gpus))
+                continue
+            largest = max((g.usable_cores for g in view.healthy
+                           if g.used_slots < g.info.count), default=0)
+            return 'container %r (%s): too few free CUs or too little ' \
+                'free memory (at most %d CUs on a GPU with a free slot, ' \
+                '%d MiB on one GPU)' % (want.name, want.describe(),
+                                        largest, view.max_free_mem)
+        return 'does not fit'
 
     def confirm(self, key: str, resource_version: int | None) -> None:
         """The annotations of ``key`` were written at this version."""
@@ -473,156 +860,3 @@ class ClusterCache:
         """The node pod ``key`` holds GPUs on (reserved or seen)."""
         with self.lock:
             return self._placed.get(key)
-
-
-# --- feeding the cache from the API ----------------------------------------
-
-ListFunc = Callable[..., Any]
-
-
-class Watcher:
-    """List once, then watch from the list's version; list again on 410.
-
-    :param name: what is watched (for logs), e.g. ``pods``.
-    :param list_func: a ``CoreV1Api`` list method (called with
-        ``_preload_content=False``; with ``watch=True`` for the stream).
-    :param on_list: called with the listed items and the list's version.
-    :param on_event: called with (type, object) of each event.
-    :param timeout: seconds a watch request lasts before it is renewed.
-    :param after_list: called after each list has been applied.
-    """
-
-    def __init__(self, name: str, list_func: ListFunc,
-                 on_list: Callable[[list[dict[str, Any]], int | None], None],
-                 on_event: Callable[[str, dict[str, Any]], None],
-                 timeout: int = 300, backoff: float = 1.0,
-                 after_list: Callable[[], None] | None = None) -> None:
-        self.name = name
-        self.list_func = list_func
-        self.on_list = on_list
-        self.on_event = on_event
-        self.timeout = timeout
-        self.backoff = backoff
-        self.after_list = after_list
-        self.stopping = threading.Event()
-        #: lists done (1 after start; more after 410 Gone)
-        self.lists = 0
-        self._response: Any = None
-        self._thread: threading.Thread | None = None
-
-    def start(self) -> Watcher:
-        self._thread = threading.Thread(target=self._run, daemon=True,
-                                        name='watch-%s' % self.name)
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self.stopping.set()
-        response = self._response
-        if response is not None:
-            try:
-                # shutdown() unblocks a read in progress (urllib3 2.3+)
-                getattr(response, 'shutdown', response.close)()
-            except Exception:  # closing a half-read stream may fail
-                LOG.debug('closing the %s watch failed', self.name,
-                          exc_info=True)
-        if self._thread is not None:
-            self._thread.join(timeout=10)
-            self._thread = None
-
-    def _list(self) -> str:
-        response = self.list_func(_preload_content=False)
-        data = json.loads(response.data)
-        version = (data.get('metadata') or {}).get('resourceVersion') or ''
-        try:
-            rv: int | None = int(version)
-        except ValueError:
-            rv = None
-        self.on_list(list(data.get('items') or []), rv)
-        self.lists += 1
-        if self.after_list is not None:
-            self.after_list()
-        LOG.info('Listed %d %s at version %s', len(data.get('items') or []),
-                 self.name, version)
-        return str(version)
-
-    def _run(self) -> None:
-        from kubernetes.watch import watch as k8s_watch
-
-        version = ''
-        while not self.stopping.is_set():
-            try:
-                if not version:
-                    version = self._list()
-                response = self.list_func(
-                    watch=True, resource_version=version,
-                    timeout_seconds=self.timeout,
-                    allow_watch_bookmarks=True, _preload_content=False)
-                self._response = response
-                try:
-                    for line in k8s_watch.iter_resp_lines(response):
-                        if self.stopping.is_set():
-                            break
-                        if not line:
-                            continue
-                        event = json.loads(line)
-                        kind = event.get('type')
-                        obj = event.get('object') or {}
-                        if kind == 'ERROR':
-                            LOG.info('%s watch at %s ended: %s', self.name,
-                                     version, obj.get('message'))
-                            if obj.get('code') == 410:
-                                version = ''
-                            break
-                        new = (obj.get('metadata') or {}).get(
-                            'resourceVersion')
-                        if kind != 'BOOKMARK':
-                            self.on_event(str(kind), obj)
-                        if new:
-                            version = str(new)
-                finally:
-                    self._response = None
-                    response.release_conn()
-            except Exception as err:  # keep watching whatever happened
-                if self.stopping.is_set():
-                    return
-                LOG.warning('%s watch failed (%s); retrying', self.name, err)
-                self.stopping.wait(self.backoff)
-
-
-def pod_event(cache: ClusterCache) -> Callable[[str, dict[str, Any]], None]:
-    def apply(kind: str, obj: dict[str, Any]) -> None:
-        if kind == 'DELETED':
-            cache.delete_pod(obj)
-        else:
-            cache.set_pod(obj)
-    return apply
-
-
-def node_event(cache: ClusterCache) -> Callable[[str, dict[str, Any]], None]:
-    def apply(kind: str, obj: dict[str, Any]) -> None:
-        if kind == 'DELETED':
-            cache.delete_node(str((obj.get('metadata') or {}).get('name')))
-        else:
-            cache.set_node(obj)
-    return apply
-
-
-def _settle_memory() -> None:
-    """After a list: what was loaded is long-lived; keep it out of the
-    cyclic garbage collector's full passes, which would otherwise pause
-    decisions for tens of milliseconds on a large cluster."""
-    gc.collect()
-    gc.freeze()
-
-
-def watchers(cache: ClusterCache, core_api: Any,
-             timeout: int = 300) -> tuple[Watcher, Watcher]:
-    """The node and pod watchers that feed ``cache`` (not started)."""
-    return (
-        Watcher('nodes', core_api.list_node,
-                lambda items, _rv: cache.replace_nodes(items),
-                node_event(cache), timeout, after_list=_settle_memory),
-        Watcher('pods', core_api.list_pod_for_all_namespaces,
-                cache.replace_pods, pod_event(cache), timeout,
-                after_list=_settle_memory))

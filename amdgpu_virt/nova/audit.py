@@ -18,6 +18,12 @@ API calls (GET only):
 
 So a converged host with a free unit costs one call (plus its share of the
 fleet call); a host with no provider at all costs none.
+
+Placement does not show a device's type, so the rendered alias
+``device_type`` of every whole GPU is checked against the host's inventory
+when one was read (:func:`device_type_findings`): nova-compute reports a
+GPU with ``sriov_totalvfs`` > 0 as ``type-PF``, any other as ``type-PCI``,
+and an alias of the other type never matches the device.
 """
 
 from __future__ import annotations
@@ -27,7 +33,10 @@ import enum
 import logging
 from collections.abc import Iterable, Sequence
 
+from amdgpu_virt.model import HostInventory
+from amdgpu_virt.model import Role
 from amdgpu_virt.nova import naming
+from amdgpu_virt.nova import plan as nova_plan
 from amdgpu_virt.nova.placement import PCI_TRAIT
 from amdgpu_virt.nova.placement import PlacementReader
 from amdgpu_virt.nova.placement import Provider
@@ -44,6 +53,7 @@ class FindingKind(str, enum.Enum):
     WRONG_RESOURCE_CLASS = 'wrong-resource-class'
     WRONG_TOTAL = 'wrong-total'
     WRONG_TRAITS = 'wrong-traits'
+    WRONG_DEVICE_TYPE = 'wrong-device-type'
 
 
 @dataclasses.dataclass(frozen=True, order=True)
@@ -175,9 +185,50 @@ def _audit_host(plan: HostPlan, providers: Sequence[Provider],
                      api_calls=reader.calls - start)
 
 
-def audit(plans: Sequence[HostPlan], reader: PlacementReader
-          ) -> AuditReport:
-    """Compare every host's plan with Placement.
+def _with(host: HostAudit, findings: Iterable[Finding]) -> HostAudit:
+    extra = tuple(findings)
+    if not extra:
+        return host
+    return dataclasses.replace(host, findings=tuple(sorted(
+        host.findings + extra)))
+
+
+def device_type_findings(plans: Iterable[HostPlan],
+                         inventories: Iterable[HostInventory]
+                         ) -> tuple[Finding, ...]:
+    """Whole-GPU offers whose alias ``device_type`` the host contradicts.
+
+    Expected is what nova-compute will report for the device (from
+    ``sriov_totalvfs``, :func:`~amdgpu_virt.nova.plan.host_device_type`),
+    actual the rendered alias's type. Hosts without an inventory are
+    skipped (pure).
+    """
+    by_host = {inv.hostname: inv for inv in inventories}
+    findings = []
+    for plan in plans:
+        inventory = by_host.get(plan.hostname)
+        if inventory is None:
+            continue
+        gpus = {gpu.address: gpu for gpu in inventory.gpus}
+        for offer in plan.offers:
+            gpu = gpus.get(offer.address)
+            if offer.role is not Role.NOVA_DEDICATED or gpu is None:
+                continue
+            want = nova_plan.host_device_type(gpu)
+            if offer.device_type != want:
+                findings.append(Finding(
+                    plan.hostname,
+                    naming.provider_name(plan.hostname, str(offer.address)),
+                    FindingKind.WRONG_DEVICE_TYPE,
+                    '%s (sriov_totalvfs %s)' % (want, gpu.sriov_totalvfs),
+                    '%s (alias %s)' % (offer.device_type, offer.alias)))
+    return tuple(sorted(findings))
+
+
+def audit(plans: Sequence[HostPlan], reader: PlacementReader,
+          inventories: Iterable[HostInventory] = ()) -> AuditReport:
+    """Compare every host's plan with Placement and, for the hosts whose
+    inventory is given, every whole GPU's alias type with the host.
 
     :raises PlacementError: a Placement request failed (naming it).
     """
@@ -187,7 +238,11 @@ def audit(plans: Sequence[HostPlan], reader: PlacementReader
         host, sep, _address = provider.name.rpartition('_')
         if sep and host in by_host:
             by_host[host].append(provider)
-    hosts = tuple(_audit_host(plan, by_host[plan.hostname], reader)
+    types: dict[str, list[Finding]] = {}
+    for finding in device_type_findings(plans, inventories):
+        types.setdefault(finding.host, []).append(finding)
+    hosts = tuple(_with(_audit_host(plan, by_host[plan.hostname], reader),
+                        types.get(plan.hostname, ()))
                   for plan in sorted(plans, key=lambda p: p.hostname))
     LOG.debug('audited %d hosts with %d Placement calls', len(hosts),
              reader.calls - start)

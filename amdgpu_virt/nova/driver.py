@@ -110,7 +110,8 @@ class NovaBackend:
             specs += pci.ledger_alias_specs(ledger, self.naming,
                                             group.dedicated_device_type)
         for inventory in inventories:
-            specs += [pci.alias_of(o) for o in self.plan(inventory).offers]
+            specs += [a for o in self.plan(inventory).offers
+                      for a in pci.aliases_of(o)]
         return pci.aliases(specs, group.numa_policy)
 
     def render_aliases(self, ledger: Ledger | None = None,
@@ -126,10 +127,12 @@ class NovaBackend:
 
     # -- cloud APIs ---------------------------------------------------------
 
-    def audit(self, plans: Sequence[nova_plan.HostPlan]
+    def audit(self, plans: Sequence[nova_plan.HostPlan],
+              inventories: Iterable[HostInventory] = ()
               ) -> nova_audit.AuditReport:
-        """Compare Placement with the plans (read-only)."""
-        return nova_audit.audit(plans, self.reader())
+        """Compare Placement with the plans (read-only), and whole-GPU
+        alias types with the inventories given."""
+        return nova_audit.audit(plans, self.reader(), inventories)
 
     def drain_check(self, host: str, gpu: PciAddress | str
                     ) -> drain.DrainPlan:

@@ -11,11 +11,26 @@ Flavors are defined in a YAML file (``[nova] flavors_file``)::
         count: 1
         numa_policy: preferred      # optional, default [nova] numa_policy
         isolate: false              # optional: group_policy=isolate
+        gpus: 8                     # optional: spread over GPUs 0..7
         extra_specs: {}             # optional, any other extra specs
 
 Each becomes ``pci_passthrough:alias=<alias>:<count>``,
 ``hw:pci_numa_affinity_policy=<policy>`` and, with ``isolate: true`` (several
-VFs that must come from different GPUs), ``group_policy=isolate``.
+VFs that must come from different GPUs), ``group_policy=isolate``
+(``group_policy=none`` for a ``gpus`` flavor without it).
+
+``gpus`` (a count N for GPUs 0..N-1, or a list of GPU indexes) asks
+``count / N`` devices of each of those GPUs through their per-GPU aliases
+(``<alias>-gpu<n>:<k>,...``, ``[nova] per_gpu_traits``): Nova sends one
+request group per device, and with the plain alias each group matches
+every identical provider of a host, so Placement enumerates N^count
+combinations and a VF on each of 8 GPUs never gets candidates; per-GPU
+aliases make every group match exactly one provider.
+
+``disk_gb`` 0 is refused unless allowed explicitly: Nova's default policy
+``os_compute_api:servers:create:zero_disk_flavor`` (admin only) refuses
+non-admin users to boot such a flavor from an image; it suits
+volume-backed instances only.
 
 Nova cannot change a flavor's vCPUs, RAM or disk in place; such a difference
 is reported (or, when asked, the flavor is deleted and created again). Extra
@@ -34,6 +49,7 @@ from openstack import exceptions as sdk_exceptions
 
 from amdgpu_virt import exception
 from amdgpu_virt import yamlutil
+from amdgpu_virt.nova.naming import gpu_alias
 
 LOG = logging.getLogger(__name__)
 
@@ -43,7 +59,12 @@ GROUP_POLICY_KEY = 'group_policy'
 MANAGED_KEYS = (ALIAS_KEY, NUMA_KEY, GROUP_POLICY_KEY)
 NUMA_POLICIES = ('required', 'legacy', 'preferred', 'socket')
 _KEYS = {'name', 'vcpus', 'ram_mib', 'disk_gb', 'alias', 'count',
-         'numa_policy', 'isolate', 'extra_specs', 'description'}
+         'numa_policy', 'isolate', 'gpus', 'extra_specs', 'description'}
+#: Nova policy that refuses image boots of ``disk: 0`` flavors to
+#: non-admin users by default (rule ``admin``).
+ZERO_DISK_POLICY = 'os_compute_api:servers:create:zero_disk_flavor'
+#: GPU indexes a flavor may name (per-GPU traits ``..._GPU_<n>``).
+MAX_GPU_INDEX = 63
 _REQUIRED = ('name', 'vcpus', 'ram_mib', 'alias')
 
 
@@ -59,13 +80,32 @@ class FlavorSpec:
     isolate: bool = False
     extra: tuple[tuple[str, str], ...] = ()
     description: str | None = None
+    #: GPU indexes to spread ``count`` over (per-GPU aliases); () = any.
+    gpus: tuple[int, ...] = ()
+
+    def alias_value(self) -> str:
+        """``pci_passthrough:alias``: one alias, or one per GPU."""
+        if not self.gpus:
+            return '%s:%d' % (self.alias, self.count)
+        each = self.count // len(self.gpus)
+        return ','.join('%s:%d' % (gpu_alias(self.alias, i), each)
+                        for i in self.gpus)
+
+    def aliases(self) -> tuple[str, ...]:
+        """Every alias name the flavor asks for."""
+        if not self.gpus:
+            return (self.alias,)
+        return tuple(gpu_alias(self.alias, i) for i in self.gpus)
 
     def extra_specs(self) -> dict[str, str]:
         specs = dict(self.extra)
-        specs[ALIAS_KEY] = '%s:%d' % (self.alias, self.count)
+        specs[ALIAS_KEY] = self.alias_value()
         specs[NUMA_KEY] = self.numa_policy
         if self.isolate:
             specs[GROUP_POLICY_KEY] = 'isolate'
+        elif self.gpus and self.count > 1:
+            # several groups per flavor: say so (Nova warns otherwise)
+            specs[GROUP_POLICY_KEY] = 'none'
         return specs
 
 
@@ -80,12 +120,48 @@ def _int(raw: Mapping[str, Any], key: str, where: str, minimum: int,
     return value
 
 
+def _gpus(raw: Mapping[str, Any], where: str, count: int,
+          isolate: bool) -> tuple[int, ...]:
+    value = raw.get('gpus')
+    if value is None:
+        return ()
+    option = '%s.gpus' % where
+    if isinstance(value, int) and not isinstance(value, bool):
+        if not 1 <= value <= MAX_GPU_INDEX + 1:
+            raise exception.ConfigError(
+                option=option, reason='%r is not a GPU count 1..%d' % (
+                    value, MAX_GPU_INDEX + 1))
+        indexes = tuple(range(value))
+    elif isinstance(value, list) and value and all(
+            isinstance(i, int) and not isinstance(i, bool)
+            and 0 <= i <= MAX_GPU_INDEX for i in value) \
+            and len(set(value)) == len(value):
+        indexes = tuple(sorted(value))
+    else:
+        raise exception.ConfigError(
+            option=option, reason='%r is neither a GPU count nor a list of '
+            'distinct GPU indexes 0..%d' % (value, MAX_GPU_INDEX))
+    if count % len(indexes):
+        raise exception.ConfigError(
+            option=option, reason='count %d is not a multiple of the %d '
+            'GPUs' % (count, len(indexes)))
+    if isolate and count > len(indexes):
+        raise exception.ConfigError(
+            option='%s.isolate' % where, reason='isolate puts every device '
+            'on its own GPU, but gpus asks %d per GPU'
+            % (count // len(indexes)))
+    return indexes
+
+
 def parse(data: Any, source: str = 'flavors',
           default_numa_policy: str = 'preferred',
-          known_aliases: Iterable[str] | None = None
+          known_aliases: Iterable[str] | None = None,
+          allow_zero_disk: bool = False
           ) -> tuple[FlavorSpec, ...]:
     """Validate flavor definitions (parsed YAML).
 
+    :param allow_zero_disk: accept ``disk_gb: 0`` (volume-backed
+        instances only, see :data:`ZERO_DISK_POLICY`); otherwise refused.
     :raises ConfigError: naming the file, the entry and the field.
     """
     if not isinstance(data, Mapping) or not isinstance(
@@ -121,11 +197,6 @@ def parse(data: Any, source: str = 'flavors',
             raise exception.ConfigError(
                 option='%s.alias' % where,
                 reason='%r must be one alias name (no ":" or ",")' % (alias,))
-        if aliases is not None and alias not in aliases:
-            raise exception.ConfigError(
-                option='%s.alias' % where,
-                reason='alias %r is not rendered by amdgpu-virt; known: %s'
-                % (alias, ', '.join(sorted(aliases)) or 'none'))
         numa = raw.get('numa_policy', default_numa_policy)
         if numa not in NUMA_POLICIES:
             raise exception.ConfigError(
@@ -148,21 +219,47 @@ def parse(data: Any, source: str = 'flavors',
                 reason='%s are set from alias/count/numa_policy/isolate'
                 % ', '.join(clash))
         count = _int(raw, 'count', where, 1, 1)
-        result.append(FlavorSpec(
-            name=name, vcpus=_int(raw, 'vcpus', where, 1),
-            ram_mib=_int(raw, 'ram_mib', where, 1),
-            disk_gb=_int(raw, 'disk_gb', where, 0, 0), alias=alias,
+        vcpus = _int(raw, 'vcpus', where, 1)
+        ram_mib = _int(raw, 'ram_mib', where, 1)
+        disk = _int(raw, 'disk_gb', where, 0, 0)
+        if disk == 0 and not allow_zero_disk:
+            raise exception.ConfigError(
+                option='%s.disk_gb' % where,
+                reason='%s (give a root disk size): Nova\'s default policy '
+                '%s allows only admins to boot a flavor with disk 0 from an '
+                'image; for volume-backed instances only, allow it '
+                'explicitly (--allow-zero-disk)' % (
+                    'missing' if 'disk_gb' not in raw else '0',
+                    ZERO_DISK_POLICY))
+        spec = FlavorSpec(
+            name=name, vcpus=vcpus, ram_mib=ram_mib, disk_gb=disk,
+            alias=alias,
             count=count, numa_policy=numa, isolate=isolate,
             extra=tuple(sorted((str(k), str(v)) for k, v in extra.items())),
-            description=raw.get('description')))
+            description=raw.get('description'),
+            gpus=_gpus(raw, where, count, isolate))
+        missing = [a for a in spec.aliases()
+                   if aliases is not None and a not in aliases]
+        if missing:
+            raise exception.ConfigError(
+                option='%s.alias' % where,
+                reason='alias %s is not rendered by amdgpu-virt; known: %s'
+                % (', '.join(missing), ', '.join(sorted(aliases or ()))
+                   or 'none'))
+        result.append(spec)
     return tuple(result)
 
 
+def zero_disk(specs: Iterable[FlavorSpec]) -> tuple[str, ...]:
+    """Names of the flavors with ``disk_gb`` 0 (to warn about)."""
+    return tuple(s.name for s in specs if s.disk_gb == 0)
+
+
 def load(path: str, default_numa_policy: str = 'preferred',
-         known_aliases: Iterable[str] | None = None
-         ) -> tuple[FlavorSpec, ...]:
+         known_aliases: Iterable[str] | None = None,
+         allow_zero_disk: bool = False) -> tuple[FlavorSpec, ...]:
     return parse(yamlutil.load_file(path, 'flavors file'), path,
-                 default_numa_policy, known_aliases)
+                 default_numa_policy, known_aliases, allow_zero_disk)
 
 
 @dataclasses.dataclass(frozen=True)

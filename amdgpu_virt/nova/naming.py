@@ -7,7 +7,11 @@ see the Nova admin guide for the table):
   (``CUSTOM_AMD_MI300X_CPX_VF``); whole GPU ``CUSTOM_AMD_{model}``;
 * traits ``<prefix>MODEL_{model}``, and for VFs ``<prefix>PARTITION_{mode}``
   and ``<prefix>MEMORY_{nps}`` (prefix ``CUSTOM_AMD_``);
-* aliases ``amd-{model}-{compute_mode}-vf`` and ``amd-{model}``.
+* aliases ``amd-{model}-{compute_mode}-vf`` and ``amd-{model}``;
+* per-GPU trait ``<prefix>GPU_<n>`` (``n``: the GPU's rank by PCI address
+  among the host's AMD GPUs, from 0) and per-GPU aliases ``<alias>-gpu<n>``
+  requiring it, so that a request group of a wide flavor matches exactly
+  one provider of a host (``[nova] per_gpu_traits``).
 
 ``{model}`` is the catalog name with every run of characters other than
 letters and digits replaced by ``_`` (``MI300X HF`` -> ``MI300X_HF``,
@@ -71,6 +75,7 @@ class Naming:
     trait_prefix: str = 'CUSTOM_AMD_'
     vf_alias_template: str = 'amd-{model}-{compute_mode}-vf'
     dedicated_alias_template: str = 'amd-{model}'
+    per_gpu_traits: bool = True
 
     def __post_init__(self) -> None:
         if not self.trait_prefix.startswith('CUSTOM_') or not \
@@ -95,7 +100,8 @@ class Naming:
                 group.dedicated_resource_class_template),
             trait_prefix=group.trait_prefix,
             vf_alias_template=group.vf_alias_template,
-            dedicated_alias_template=group.dedicated_alias_template)
+            dedicated_alias_template=group.dedicated_alias_template,
+            per_gpu_traits=group.per_gpu_traits)
 
     @staticmethod
     def _fields(model: str, compute_mode: str = '', memory_mode: str = '',
@@ -161,6 +167,26 @@ class Naming:
         for name in names:
             check_custom_name(name, 'trait')
         return tuple(sorted(names))
+
+    def gpu_trait(self, index: int) -> str:
+        """The trait of the ``index``-th GPU of a host (by PCI address)."""
+        name = '%sGPU_%d' % (self.trait_prefix, index)
+        check_custom_name(name, 'trait')
+        return name
+
+
+def gpu_alias(alias: str, index: int) -> str:
+    """The alias of ``alias``'s devices on the ``index``-th GPU only.
+
+    :raises ConfigError: the name would be too long for Nova.
+    """
+    name = '%s-gpu%d' % (alias, index)
+    if len(name) > MAX_ALIAS_NAME or not ALIAS_NAME_RE.match(name):
+        raise exception.ConfigError(
+            option='alias %s' % alias,
+            reason='per-GPU alias %r is not a valid alias name (at most '
+            '%d characters)' % (name, MAX_ALIAS_NAME))
+    return name
 
 
 def provider_name(node: str, address: str) -> str:

@@ -36,6 +36,7 @@ from amdgpu_virt.model import PciAddress
 from amdgpu_virt.model import Role
 from amdgpu_virt.nova import plan as nova_plan
 from amdgpu_virt.nova.naming import CUSTOM_NAME_RE
+from amdgpu_virt.nova.naming import gpu_alias
 from amdgpu_virt.nova.naming import Naming
 from amdgpu_virt.nova.plan import GpuOffer
 from amdgpu_virt.nova.plan import HostPlan
@@ -269,20 +270,38 @@ class AliasSpec:
     product_id: int
     device_type: str
     resource_class: str
+    #: required traits (comma separated); a per-GPU alias requires the
+    #: GPU's trait so that each of its request groups matches one provider.
+    traits: str = ''
 
     def to_dict(self, numa_policy: str) -> dict[str, Any]:
-        return {'name': self.name, 'vendor_id': _hex(self.vendor_id),
-                'product_id': _hex(self.product_id),
-                'device_type': self.device_type,
-                'numa_policy': numa_policy,
-                'resource_class': self.resource_class}
+        entry = {'name': self.name, 'vendor_id': _hex(self.vendor_id),
+                 'product_id': _hex(self.product_id),
+                 'device_type': self.device_type,
+                 'numa_policy': numa_policy,
+                 'resource_class': self.resource_class}
+        if self.traits:
+            entry['traits'] = self.traits
+        return entry
 
 
 def alias_of(offer: GpuOffer) -> AliasSpec:
+    """The alias of every GPU like ``offer``'s (any GPU of a host)."""
     return AliasSpec(name=offer.alias, vendor_id=offer.vendor_id,
                      product_id=offer.product_id,
                      device_type=offer.device_type,
                      resource_class=offer.resource_class)
+
+
+def aliases_of(offer: GpuOffer) -> list[AliasSpec]:
+    """The alias of ``offer`` and, with a per-GPU trait, its per-GPU
+    alias ``<alias>-gpu<n>`` requiring that trait."""
+    result = [alias_of(offer)]
+    if offer.gpu_trait is not None and offer.gpu_index is not None:
+        result.append(dataclasses.replace(
+            result[0], name=gpu_alias(offer.alias, offer.gpu_index),
+            traits=offer.gpu_trait))
+    return result
 
 
 def aliases(specs: Iterable[AliasSpec], numa_policy: str = 'preferred',
@@ -308,8 +327,9 @@ def aliases(specs: Iterable[AliasSpec], numa_policy: str = 'preferred',
 def ledger_alias_specs(ledger: Ledger, naming: Naming,
                        device_type: str = 'auto') -> list[AliasSpec]:
     """Alias definitions for every Nova role of a ledger (for controllers)."""
-    return [alias_of(offer) for plan in nova_plan.plan_from_ledger(
-        ledger, naming, device_type) for offer in plan.offers]
+    return [spec for plan in nova_plan.plan_from_ledger(
+        ledger, naming, device_type) for offer in plan.offers
+        for spec in aliases_of(offer)]
 
 
 def _header(title: str, notes: Iterable[str]) -> list[str]:
@@ -328,8 +348,8 @@ def render_compute(plan: HostPlan, numa_policy: str = 'preferred',
                    all_functions: Iterable[PciAddress] = ()) -> str:
     """The ``nova.conf.d`` snippet of one compute host."""
     specs = device_specs(plan, managed, extra_tags, all_functions)
-    alias_entries = aliases((alias_of(o) for o in plan.offers), numa_policy,
-                            plan.hostname)
+    alias_entries = aliases((a for o in plan.offers for a in aliases_of(o)),
+                            numa_policy, plan.hostname)
     notes = ['%s: %s' % (p.address, p.reason) for p in plan.pending]
     lines = _header('Nova PCI passthrough of AMD GPUs on %s' % plan.hostname,
                     notes)

@@ -5,6 +5,7 @@ copyright = 'amdgpu_virt developers'  # noqa: A001
 extensions = [
     'sphinx.ext.autodoc',
     'oslo_config.sphinxext',
+    'reno.sphinxext',
 ]
 master_doc = 'index'
 exclude_patterns: list[str] = []

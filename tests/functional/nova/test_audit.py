@@ -67,7 +67,8 @@ class TestAudit(PlacementTestCase):
                                cpx.resource_class, 8, cpx.traits)
         # 25: wrong total
         self.seeder.pci_device(root, host, '0000:25:00.0',
-                               cpx.resource_class, 4, cpx.traits)
+                               cpx.resource_class, 4,
+                               offers['0000:25:00.0'].traits)
         # 45 (dedicated): wrong resource class
         self.seeder.pci_device(root, host, '0000:45:00.0',
                                'CUSTOM_PCI_1002_74A1', 1,

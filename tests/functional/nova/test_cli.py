@@ -6,6 +6,7 @@ Placement is the real server of the fixture.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import os
 import tempfile
@@ -120,6 +121,36 @@ class TestPlacementCommands(CliTestCase):
         rc, stdout, stderr = self.run_cli(*args)
         self.assertEqual((0, ''), (rc, stdout))
         self.assertIn('0 finding(s)', stderr)
+
+    def test_audit_flags_alias_type_the_host_contradicts(self):
+        # The controller's aliases come from the ledger (model: SR-IOV,
+        # type-PF); this host has SR-IOV off, so Nova reports type-PCI.
+        host = 'cli-%s' % uuid.uuid4().hex[:8]
+        designed = simulate.design_host(simulate.HostSpec(host, gpus=1,
+                                                          mode='vfio'))
+        gpu = dataclasses.replace(designed.gpus[0], sriov_totalvfs=None,
+                                  sriov_numvfs=None)
+        root = os.path.join(self.tmp, 'sys')
+        simulate.write_tree(dataclasses.replace(designed, gpus=(gpu,)),
+                            root)
+        ledger = av_ledger.build([av_ledger.GpuAssignment(
+            host, gpu.address, Role.NOVA_DEDICATED, 'MI300X')])
+        path = os.path.join(self.tmp, 'ledger.yaml')
+        with open(path, 'w') as handle:
+            handle.write(ledger.dumps())
+        (plan,) = nova_plan.plan_from_ledger(ledger, Naming())
+        self.seeder.seed_offers(host, plan.offers)
+        base = ('--config-file', self.conf_file, 'nova', 'audit',
+                '--ledger', path, '-f', 'csv')
+        rc, stdout, _stderr = self.run_cli(*base)
+        self.assertEqual((0, '"Host","Provider","Finding","Expected",'
+                          '"Actual"\n'), (rc, stdout))
+        rc, stdout, _stderr = self.run_cli(*base, '--sysfs-root', root,
+                                           '--hostname', host)
+        self.assertEqual(1, rc)
+        self.assertIn('"%s_0000:05:00.0","wrong-device-type",'
+                      '"type-PCI (sriov_totalvfs None)",'
+                      '"type-PF (alias amd-mi300x)"' % host, stdout)
 
     def test_drain_check_exit_status(self):
         host = 'cli-%s' % uuid.uuid4().hex[:8]

@@ -54,7 +54,7 @@ def _devices(inventory: HostInventory) -> list[dict]:
     for gpu in inventory.gpus:
         devs.append({'address': str(gpu.address), 'vendor_id': '1002',
                      'product_id': '%04x' % gpu.device_id,
-                     'dev_type': 'type-PF' if gpu.model.vf_device_id
+                     'dev_type': 'type-PF' if (gpu.sriov_totalvfs or 0) > 0
                      else 'type-PCI', 'parent_addr': None,
                      'driver': gpu.driver})
         for vf in gpu.vfs:

@@ -20,6 +20,7 @@ import uuid
 
 import fixtures
 import testtools
+import yaml
 
 from amdgpu_virt import conf as conf_pkg
 from amdgpu_virt import ledger as av_ledger
@@ -241,6 +242,22 @@ class TestAudit(PoolTestCase):
         self.assertEqual(1, rc)
         self.assertIn('double-use', stdout)
         self.assertNotIn('not-offered', stdout)
+        # cliff's formatters: csv with chosen columns, counts on stderr
+        rc, stdout, stderr = self.run_cli(
+            'audit', '--ledger', self.ledger_path, '--fleet', self.fleet,
+            '--min-severity', 'conflict', '-f', 'csv', '-c', 'GPU',
+            '-c', 'Finding')
+        self.assertEqual(1, rc)
+        lines = stdout.splitlines()
+        self.assertEqual('"GPU","Finding"', lines[0])
+        self.assertIn('"%s","double-use"' % GPU0, lines)
+        self.assertIn('conflict(s)', stderr)
+        self.assertNotIn('conflict(s)', stdout)
+        rc, stdout, _stderr = self.run_cli(
+            'audit', '--ledger', self.ledger_path, '--fleet', self.fleet,
+            '-f', 'yaml')
+        self.assertIn('double-use', {f['kind'] for f in yaml.safe_load(
+            stdout)['findings']})
 
     def test_every_conflict_kind(self):
         ids = self.seed_nova()
@@ -394,7 +411,7 @@ class TestApplyFlavors(PoolTestCase):
         flavors_file = os.path.join(self.tmp, 'flavors.yaml')
         with open(flavors_file, 'w') as handle:
             handle.write(yamlutil.dump({'flavors': [{
-                'name': name, 'vcpus': 8, 'ram_mib': 65536,
+                'name': name, 'vcpus': 8, 'ram_mib': 65536, 'disk_gb': 40,
                 'alias': 'amd-mi300x-cpx-vf', 'count': 1}]}))
         with open(self.conf_file, 'a') as handle:
             handle.write('[nova]\ncompute_endpoint = %s\ntoken = admin:admin'

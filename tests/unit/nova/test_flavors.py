@@ -7,7 +7,7 @@ import testtools
 from amdgpu_virt import exception
 from amdgpu_virt.nova import flavors
 
-GOOD = {'name': 'gpu.1', 'vcpus': 8, 'ram_mib': 1024,
+GOOD = {'name': 'gpu.1', 'vcpus': 8, 'ram_mib': 1024, 'disk_gb': 40,
         'alias': 'amd-mi300x-cpx-vf'}
 
 
@@ -43,6 +43,18 @@ class TestParse(testtools.TestCase):
              'flavors[0].extra_specs', 'group_policy'),
             ({'flavors': [{'name': 'x'}]}, 'flavors[0]', 'vcpus is required'),
             ({'flavor': []}, 'f.yaml', '"flavors" list'),
+            ({'flavors': [dict(GOOD, disk_gb=-1)]}, 'flavors[0].disk_gb',
+             '>= 0'),
+            ({'flavors': [dict(GOOD, count=8, gpus=3)]}, 'flavors[0].gpus',
+             'multiple of the 3 GPUs'),
+            ({'flavors': [dict(GOOD, count=4, gpus=[1, 1])]},
+             'flavors[0].gpus', 'distinct'),
+            ({'flavors': [dict(GOOD, count=4, gpus=True)]},
+             'flavors[0].gpus', 'True'),
+            ({'flavors': [dict(GOOD, count=4, gpus=0)]},
+             'flavors[0].gpus', 'GPU count'),
+            ({'flavors': [dict(GOOD, count=16, gpus=8, isolate=True)]},
+             'flavors[0].isolate', '2 per GPU'),
         ]
         for data, where, needle in cases:
             err = self.assertRaises(exception.ConfigError, flavors.parse,
@@ -56,3 +68,40 @@ class TestParse(testtools.TestCase):
                                 known_aliases=['amd-mi300x'])
         self.assertIn('amd-mi300x-cpx-vf', str(err))
         self.assertIn('known: amd-mi300x', str(err))
+
+    def test_zero_disk_refused_naming_nova_policy(self):
+        no_disk = {k: v for k, v in GOOD.items() if k != 'disk_gb'}
+        for raw, word in ((no_disk, 'missing'), (dict(GOOD, disk_gb=0), '0')):
+            err = self.assertRaises(exception.ConfigError, flavors.parse,
+                                    {'flavors': [raw]}, 'f.yaml')
+            self.assertIn('flavors[0].disk_gb: %s' % word, str(err))
+            self.assertIn(flavors.ZERO_DISK_POLICY, str(err))
+            self.assertIn('--allow-zero-disk', str(err))
+        (spec,) = flavors.parse({'flavors': [no_disk]},
+                                allow_zero_disk=True)
+        self.assertEqual(0, spec.disk_gb)
+        self.assertEqual(('gpu.1',), flavors.zero_disk([spec]))
+
+    def test_gpus_spread_over_per_gpu_aliases(self):
+        (eight, sixteen, upper) = flavors.parse({'flavors': [
+            dict(GOOD, name='a', count=8, gpus=8, isolate=True),
+            dict(GOOD, name='b', count=16, gpus=8),
+            dict(GOOD, name='c', count=8, gpus=[7, 4, 5, 6])]})
+        self.assertEqual(','.join('amd-mi300x-cpx-vf-gpu%d:1' % i
+                                  for i in range(8)),
+                         eight.extra_specs()['pci_passthrough:alias'])
+        self.assertEqual('isolate', eight.extra_specs()['group_policy'])
+        self.assertEqual(','.join('amd-mi300x-cpx-vf-gpu%d:2' % i
+                                  for i in range(8)),
+                         sixteen.extra_specs()['pci_passthrough:alias'])
+        self.assertEqual('none', sixteen.extra_specs()['group_policy'])
+        self.assertEqual(tuple('amd-mi300x-cpx-vf-gpu%d' % i
+                               for i in (4, 5, 6, 7)), upper.aliases())
+
+    def test_gpus_needs_rendered_per_gpu_aliases(self):
+        err = self.assertRaises(
+            exception.ConfigError, flavors.parse,
+            {'flavors': [dict(GOOD, count=2, gpus=2)]}, 'f.yaml',
+            known_aliases=['amd-mi300x-cpx-vf', 'amd-mi300x-cpx-vf-gpu0'])
+        self.assertIn('alias amd-mi300x-cpx-vf-gpu1 is not rendered',
+                      str(err))

@@ -53,17 +53,33 @@ class TestRenderCompute(testtools.TestCase):
         self.assertIn({'address': '0000:85:02.*', 'managed': 'no',
                        'product_id': '74b5',
                        'resource_class': 'CUSTOM_AMD_MI300X_CPX_VF',
-                       'traits': 'CUSTOM_AMD_MEMORY_NPS4,'
+                       'traits': 'CUSTOM_AMD_GPU_4,'
+                                 'CUSTOM_AMD_MEMORY_NPS4,'
                                  'CUSTOM_AMD_MODEL_MI300X,'
                                  'CUSTOM_AMD_PARTITION_CPX',
                        'vendor_id': '1002'}, specs)
+        # one per-GPU trait per GPU: each provider of the host is unique
+        self.assertEqual(['CUSTOM_AMD_GPU_%d' % i for i in range(8)],
+                         sorted(s['traits'].split(',')[0] for s in specs))
         self.assertIn('[pci]\nreport_in_placement = True\n', text)
-        (alias,) = _entries(text, 'alias')
+        alias, *per_gpu = _entries(text, 'alias')
         self.assertEqual({'name': 'amd-mi300x-cpx-vf', 'vendor_id': '1002',
                           'product_id': '74b5', 'device_type': 'type-VF',
                           'numa_policy': 'preferred',
                           'resource_class': 'CUSTOM_AMD_MI300X_CPX_VF'},
                          alias)
+        self.assertEqual(['amd-mi300x-cpx-vf-gpu%d' % i for i in range(8)],
+                         [a['name'] for a in per_gpu])
+        self.assertEqual(dict(alias, name='amd-mi300x-cpx-vf-gpu3',
+                              traits='CUSTOM_AMD_GPU_3'), per_gpu[3])
+
+    def test_per_gpu_traits_off(self):
+        inventory = design_host(HostSpec('c1', gpus=2, mode='gim-cpx'))
+        plan = nova_plan.plan_host(inventory, Naming(per_gpu_traits=False))
+        text = pci.render_compute(plan)
+        self.assertNotIn('GPU_', text)
+        self.assertEqual(['amd-mi300x-cpx-vf'],
+                         [a['name'] for a in _entries(text, 'alias')])
 
     def test_no_spaces_in_rendered_values(self):
         text = _render(MIXED)
@@ -85,7 +101,7 @@ class TestRenderCompute(testtools.TestCase):
         self.assertEqual(['0000:05:00.0', '0000:25:00.0'],
                          [s['address'] for s in specs])
         self.assertEqual({'74a1'}, {s['product_id'] for s in specs})
-        (alias,) = _entries(text, 'alias')
+        alias = _entries(text, 'alias')[0]
         self.assertEqual('type-PF', alias['device_type'])
         self.assertEqual('CUSTOM_AMD_MI300X', alias['resource_class'])
 
@@ -204,7 +220,8 @@ class TestLedger(testtools.TestCase):
             av_ledger.GpuAssignment('b', PciAddress(0, 0x25, 0, 0),
                                     Role.NOVA_DEDICATED, 'MI325X'))
         entries = pci.aliases(pci.ledger_alias_specs(ledger, NAMING))
-        self.assertEqual(['amd-mi300x-cpx-vf', 'amd-mi325x'],
+        self.assertEqual(['amd-mi300x-cpx-vf', 'amd-mi300x-cpx-vf-gpu0',
+                          'amd-mi325x', 'amd-mi325x-gpu1'],
                          [e['name'] for e in entries])
         text = pci.render_aliases(entries)
         self.assertIn('alias = {"device_type":"type-VF"', text)

@@ -1,62 +1,30 @@
-"""deploy/kubernetes validated offline against Kubernetes' schemas."""
+"""What the chart's objects promise the code, checked on the default
+rendering (which deploy/kubernetes/ is)."""
 
 from __future__ import annotations
 
 import configparser
-import glob
 import importlib.metadata
-import os
 import urllib.parse
 from typing import Any
 
-import kubernetes_validate
 import testtools
 import yaml
 
 from amdgpu_virt import conf as conf_pkg
-
-ROOT = os.path.join(os.path.dirname(__file__), '..', '..', '..')
-DEPLOY = os.path.join(ROOT, 'deploy', 'kubernetes')
-#: a release kubernetes-validate ships strict schemas for
-KUBERNETES_VERSION = '1.34.0'
+from amdgpu_virt.sharing import hami
+from tests.unit.deploy import chart
 
 
 def _documents() -> list[tuple[str, dict[str, Any]]]:
-    found = []
-    for path in sorted(glob.glob(os.path.join(DEPLOY, '*.yaml'))):
-        with open(path) as stream:
-            for doc in yaml.safe_load_all(stream):
-                if doc:
-                    found.append((os.path.basename(path), doc))
-    return found
+    return [('chart', d) for d in chart.documents()]
 
 
 def _find(kind: str, name: str) -> dict[str, Any]:
-    for _path, doc in _documents():
-        if doc['kind'] == kind and doc['metadata']['name'] == name:
-            return doc
-    raise AssertionError('no %s %s in %s' % (kind, name, DEPLOY))
+    return chart.find(chart.documents(), kind, name)
 
 
 class ManifestTest(testtools.TestCase):
-
-    def test_every_document_is_valid(self) -> None:
-        docs = _documents()
-        self.assertGreater(len(docs), 10)
-        for path, doc in docs:
-            try:
-                kubernetes_validate.validate(doc, KUBERNETES_VERSION,
-                                             strict=True)
-            except kubernetes_validate.ValidationError as err:
-                self.fail('%s: %s %s: %s' % (path, doc['kind'],
-                                             doc['metadata']['name'], err))
-
-    def test_validator_catches_mistakes(self) -> None:
-        doc = _find('DaemonSet', 'amdgpu-virt-node')
-        doc['spec']['template']['spec']['priorityClasName'] = 'typo'
-        self.assertRaises(kubernetes_validate.ValidationError,
-                          kubernetes_validate.validate, doc,
-                          KUBERNETES_VERSION, True)
 
     def test_daemonset(self) -> None:
         pod = _find('DaemonSet', 'amdgpu-virt-node')['spec']['template'][
@@ -124,8 +92,19 @@ class ManifestTest(testtools.TestCase):
         self.assertEqual('/webhook', service['path'])
         svc = _find('Service', service['name'])
         self.assertEqual(service['namespace'], svc['metadata']['namespace'])
-        self.assertEqual(['ignore'], hook['objectSelector'][
-            'matchExpressions'][0]['values'])
+        # exemptions by namespace only: no label a pod owner sets can
+        # keep a pod from the webhook
+        self.assertNotIn('objectSelector', hook)
+        self.assertEqual(['CREATE', 'UPDATE'],
+                         hook['rules'][0]['operations'])
+        exempt = hook['namespaceSelector']['matchExpressions'][0]
+        self.assertEqual(('kubernetes.io/metadata.name', 'NotIn'),
+                         (exempt['key'], exempt['operator']))
+        self.assertIn('amdgpu-virt', exempt['values'])
+        for doc in chart.documents():
+            template = (doc.get('spec') or {}).get('template') or {}
+            labels = (template.get('metadata') or {}).get('labels') or {}
+            self.assertNotIn(hami.WEBHOOK_LABEL, labels)
 
     def test_config_file_only_sets_known_options(self) -> None:
         data = _find('ConfigMap', 'amdgpu-virt-config')['data']
@@ -151,14 +130,19 @@ class ManifestTest(testtools.TestCase):
         self.assertEqual(['k8s', 'scheduler'], ext['command'][-2:])
         self.assertEqual([url.port], [p['containerPort']
                                       for p in ext['ports']])
-        for probe in ('readinessProbe', 'livenessProbe'):
-            self.assertEqual(url.port, ext[probe]['httpGet']['port'])
-        self.assertEqual('/readyz', ext['readinessProbe']['httpGet']['path'])
+        # on 127.0.0.1 kubelet's HTTP probes cannot reach the extender:
+        # they run inside the container
+        for probe, path in (('readinessProbe', '/readyz'),
+                            ('livenessProbe', '/healthz')):
+            self.assertNotIn('httpGet', ext[probe])
+            self.assertIn("'%s%s'" % (extender['urlPrefix'], path),
+                          ext[probe]['exec']['command'][-1])
         conf = conf_pkg.new_conf()
         parser = configparser.ConfigParser()
         parser.read_string(_find('ConfigMap', 'amdgpu-virt-config')['data'][
             'amdgpu-virt.conf'])
         self.assertEqual(str(url.port), parser['scheduler']['port'])
+        self.assertEqual(url.hostname, parser['scheduler']['host'])
         self.assertEqual(conf.scheduler.port, url.port)
         # every amdgpu-virt command of the manifests is a known command
         commands = {e.name for e in importlib.metadata.entry_points(
@@ -169,6 +153,80 @@ class ManifestTest(testtools.TestCase):
                     'containers', []):
                 command = container.get('command') or []
                 if command[:1] == ['amdgpu-virt']:
+                    self.assertEqual(['--config-file',
+                                      '/etc/amdgpu_virt/amdgpu-virt.conf'],
+                                     command[1:3])
                     words = command[3:]
                     self.assertIn('_'.join(words), commands,
                                   container['name'])
+
+    def test_memory_hook_is_mounted_where_the_config_says(self) -> None:
+        parser = configparser.ConfigParser()
+        parser.read_string(_find('ConfigMap', 'amdgpu-virt-config')['data'][
+            'amdgpu-virt.conf'])
+        library = parser['kubernetes']['vgpu_library']
+        self.assertEqual(conf_pkg.new_conf().kubernetes.vgpu_library,
+                         library)
+        pod = _find('DaemonSet', 'amdgpu-virt-node')['spec']['template'][
+            'spec']
+        volumes = {v['name']: v for v in pod['volumes']}
+        for container in pod['containers']:
+            mounts = {m['name']: m for m in container['volumeMounts']}
+            hook = mounts['memory-hook']
+            self.assertTrue(hook['readOnly'])
+            self.assertTrue(library.startswith(hook['mountPath'] + '/'))
+            self.assertEqual(hook['mountPath'], volumes['memory-hook'][
+                'hostPath']['path'])
+
+    def test_containers_run_read_only_without_capabilities(self) -> None:
+        for doc in chart.documents():
+            template = (doc.get('spec') or {}).get('template') or {}
+            for container in (template.get('spec') or {}).get(
+                    'containers', []):
+                security = container['securityContext']
+                self.assertTrue(security['readOnlyRootFilesystem'])
+                self.assertFalse(security['allowPrivilegeEscalation'])
+                self.assertEqual(['ALL'], security['capabilities']['drop'])
+                self.assertNotIn('add', security['capabilities'])
+                self.assertFalse(security.get('privileged'))
+                if container['name'] != 'device-plugin':
+                    self.assertTrue(security['runAsNonRoot'],
+                                    container['name'])
+
+    def test_rbac_uses_patch_not_update_on_pods_and_nodes(self) -> None:
+        for doc in chart.documents():
+            if doc['kind'] not in ('ClusterRole', 'Role'):
+                continue
+            for rule in doc['rules']:
+                if {'pods', 'nodes'} & set(rule['resources']):
+                    self.assertNotIn('update', rule['verbs'],
+                                     doc['metadata']['name'])
+        node = _find('ClusterRole', 'amdgpu-virt-node')['rules']
+        self.assertEqual(
+            {('nodes', ('get', 'patch')), ('pods', ('list', 'patch')),
+             ('events', ('create',))},
+            {(r['resources'][0], tuple(r['verbs'])) for r in node})
+
+    def test_leader_election_lease(self) -> None:
+        data = _find('ConfigMap', 'amdgpu-virt-scheduler-config')['data']
+        election = yaml.safe_load(data['config.yaml'])['leaderElection']
+        role = _find('Role', 'amdgpu-virt-leader-election')
+        self.assertEqual(election['resourceNamespace'],
+                         role['metadata']['namespace'])
+        named = [r for r in role['rules'] if r.get('resourceNames')]
+        self.assertEqual([[election['resourceName']]],
+                         [r['resourceNames'] for r in named])
+        self.assertTrue({'get', 'watch', 'update'} <= set(named[0]['verbs']))
+
+    def test_network_policies_admit_only_the_webhook_port(self) -> None:
+        policy = _find('NetworkPolicy', 'amdgpu-virt-webhook')
+        (rule,) = policy['spec']['ingress']
+        self.assertEqual([{'protocol': 'TCP', 'port': 8443}], rule['ports'])
+        for name in ('amdgpu-virt-scheduler', 'amdgpu-virt-node'):
+            self.assertEqual([], _find('NetworkPolicy', name)['spec'][
+                'ingress'])
+        docs = chart.variant('service-monitor')
+        (rule,) = chart.find(docs, 'NetworkPolicy', 'amdgpu-virt-scheduler')[
+            'spec']['ingress']
+        self.assertEqual([{'protocol': 'TCP', 'port': 8888}], rule['ports'])
+        self.assertTrue(rule['from'])
