@@ -1,10 +1,11 @@
-"""deploy/dra and deploy/examples/dra: schemas, CEL, and fit.
+"""The chart's DRA objects (dra.enabled) and deploy/examples/dra.
 
-Every object validates strictly against the Kubernetes schemas of 1.34
-to 1.37; the DeviceClasses equal what the code renders; the admission
-policies' CEL runs in a real CEL engine against the requests the API
-server would send; the example claims fit the slices of a simulated
-host when allocated by the allocator stand-in.
+The chart is rendered by the real Helm engine. Every object validates
+strictly against the Kubernetes schemas of 1.34 to 1.37; the
+DeviceClasses equal what the code renders; the admission policies' CEL
+runs in a real CEL engine against the requests the API server would
+send; the example claims fit the slices of a simulated host when
+allocated by the allocator stand-in.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import os
 
 import cel
+import helm_python
 import kubernetes_validate
 import testtools
 import yaml
@@ -21,11 +23,11 @@ from amdgpu_virt.k8s.dra import devices
 from amdgpu_virt.k8s.dra import slices
 from amdgpu_virt.model import Role
 from tests.functional.fixtures import draallocator as da
+from tests.unit.deploy import chart
 from tests.unit.k8s.dra import helpers
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.dirname(os.path.abspath(__file__))))))
-DEPLOY = os.path.join(ROOT, 'deploy', 'dra')
 EXAMPLES = os.path.join(ROOT, 'deploy', 'examples', 'dra')
 VERSIONS = ('1.34.0', '1.35.0', '1.36.0', '1.37.0')
 NODE_ACCOUNT = 'system:serviceaccount:amdgpu-virt:amdgpu-virt-node'
@@ -37,11 +39,25 @@ def load(directory, name):
         return [d for d in yaml.safe_load_all(handle) if d]
 
 
-def policy(name):
-    for doc in load(DEPLOY, name):
-        if doc['kind'] == 'ValidatingAdmissionPolicy':
-            return doc
-    raise AssertionError('no policy in %s' % name)
+DRA_NAMES = {'amdgpu-virt-dra-plugin', 'amdgpu-virt-dra-own-node-slices',
+             'amdgpu-virt-dra-no-shares-when-isolated'}
+
+
+def dra_docs(values=None, namespace=chart.NAMESPACE):
+    values = dict(values or {})
+    values['dra'] = dict(values.get('dra') or {}, enabled=True)
+    return [d for d in chart.documents(values, namespace)
+            if d['metadata']['name'] in DRA_NAMES
+            or d['kind'] == 'DeviceClass']
+
+
+def policy(name, values=None, namespace=chart.NAMESPACE):
+    return chart.find(dra_docs(values, namespace),
+                      'ValidatingAdmissionPolicy', name)
+
+
+OWN_NODE = 'amdgpu-virt-dra-own-node-slices'
+NO_SHARES = 'amdgpu-virt-dra-no-shares-when-isolated'
 
 
 def admit(pol, request, obj=None, old=None, namespace=None):
@@ -66,39 +82,81 @@ def admit(pol, request, obj=None, old=None, namespace=None):
 class TestSchemas(testtools.TestCase):
 
     def test_every_object_validates_strictly(self):
-        names = [(DEPLOY, n) for n in sorted(os.listdir(DEPLOY))] + [
-            (EXAMPLES, n) for n in sorted(os.listdir(EXAMPLES))]
-        self.assertEqual(7, len(names))
-        for directory, name in names:
-            for doc in load(directory, name):
-                for version in VERSIONS:
-                    try:
-                        kubernetes_validate.validate(doc, version,
-                                                     strict=True)
-                    except kubernetes_validate.ValidationError as err:
-                        self.fail('%s %s: %s' % (name, version, err))
+        docs = dra_docs({'dra': {'extendedResourceName': 'amd.com/gpu'}})
+        self.assertEqual(10, len(docs))
+        for name in sorted(os.listdir(EXAMPLES)):
+            docs.extend(load(EXAMPLES, name))
+        for doc in docs:
+            for version in VERSIONS:
+                try:
+                    kubernetes_validate.validate(doc, version, strict=True)
+                except kubernetes_validate.ValidationError as err:
+                    self.fail('%s %s on %s: %s' % (
+                        doc['kind'], doc['metadata']['name'], version, err))
+
+    def test_helm_lint_is_clean_and_the_schema_checks_values(self):
+        values = {'dra': {'enabled': True,
+                          'extendedResourceName': 'amd.com/gpu'}}
+        report = helm_python.lint(chart.CHART, values, strict=True,
+                                  namespace=chart.NAMESPACE)
+        self.assertEqual([], report['errors'])
+        self.assertEqual([], [m for m in report['messages']
+                              if m['severity'] >= 2])
+        bad = helm_python.lint(chart.CHART, {'dra': {
+            'enabled': True, 'driverName': 'Not A DNS Name'}},
+            strict=True, namespace=chart.NAMESPACE)
+        self.assertTrue(bad['errors'] or [
+            m for m in bad['messages'] if m['severity'] >= 2])
+
+    def test_nothing_by_default(self):
+        self.assertEqual([], [d for d in chart.documents()
+                              if d['metadata']['name'] in DRA_NAMES
+                              or d['kind'] == 'DeviceClass'])
 
     def test_device_classes_are_what_the_code_renders(self):
-        self.assertEqual(classes.device_classes('gpu.amd.com'),
-                         load(DEPLOY, 'deviceclasses.yaml'))
+        for driver, extended in (('gpu.amd.com', ''),
+                                 ('gpu.example.org', 'example.org/gpu')):
+            found = [d for d in dra_docs({'dra': {
+                'driverName': driver, 'extendedResourceName': extended}})
+                if d['kind'] == 'DeviceClass']
+            self.assertEqual(classes.device_classes(driver, extended),
+                             found)
+
+    def test_daemonset_sockets_and_directories(self):
+        (ds,) = [d for d in dra_docs() if d['kind'] == 'DaemonSet']
+        spec = ds['spec']['template']['spec']
+        (container,) = spec['containers']
+        env = {e['name']: e.get('value', e.get('valueFrom'))
+               for e in container['env']}
+        self.assertEqual({'fieldRef': {'fieldPath': 'metadata.uid'}},
+                         env['OS_DRA__POD_UID'])
+        self.assertEqual('/var/lib/kubelet/plugins/gpu.amd.com',
+                         env['OS_DRA__PLUGIN_DIR'])
+        paths = {v['hostPath']['path'] for v in spec['volumes']
+                 if 'hostPath' in v}
+        self.assertTrue({'/var/lib/kubelet/plugins_registry',
+                         '/var/lib/kubelet/plugins', '/var/run/cdi'}
+                        <= paths)
+        self.assertEqual('amdgpu-virt-node', spec['serviceAccountName'])
+        self.assertEqual(1, ds['spec']['updateStrategy']['rollingUpdate'][
+            'maxSurge'])
 
     def test_every_cel_expression_compiles(self):
-        for name in os.listdir(DEPLOY):
-            for doc in load(DEPLOY, name):
-                spec = doc.get('spec') or {}
-                for item in (spec.get('matchConditions', []) +
-                             spec.get('variables', []) +
-                             spec.get('validations', [])):
-                    cel.compile(item['expression'])
-                for sel in spec.get('selectors', []):
-                    cel.compile(sel['cel']['expression'])
+        for doc in dra_docs():
+            spec = doc.get('spec') or {}
+            for item in (spec.get('matchConditions', []) +
+                         spec.get('variables', []) +
+                         spec.get('validations', [])):
+                cel.compile(item['expression'])
+            for sel in spec.get('selectors', []):
+                cel.compile(sel['cel']['expression'])
 
 
 class TestOwnNodeSlices(testtools.TestCase):
 
     def setUp(self):
         super().setUp()
-        self.policy = policy('rbac.yaml')
+        self.policy = policy(OWN_NODE)
 
     def request(self, node='node-1', user=NODE_ACCOUNT, extra=True):
         info = {'username': user}
@@ -143,12 +201,20 @@ class TestOwnNodeSlices(testtools.TestCase):
             self.policy, self.request(user='system:node:node-1'),
             self.slice('node-2')))
 
+    def test_the_release_namespace_names_the_account(self):
+        other = policy(OWN_NODE, namespace='gpu-system')
+        user = 'system:serviceaccount:gpu-system:amdgpu-virt-node'
+        self.assertEqual((True, False), admit(
+            other, self.request(user=user), self.slice('node-2')))
+        self.assertEqual((False, True), admit(
+            other, self.request(), self.slice('node-2')))
+
 
 class TestNoSharesWhenIsolated(testtools.TestCase):
 
     def setUp(self):
         super().setUp()
-        self.policy = policy('tenancy.yaml')
+        self.policy = policy(NO_SHARES)
 
     def ns(self, labels):
         meta = {'name': 'team'}
@@ -180,6 +246,17 @@ class TestNoSharesWhenIsolated(testtools.TestCase):
         self.assertEqual((True, True), admit(
             self.policy, {}, empty, None, self.ns(self.isolated)))
 
+    def test_the_label_and_driver_are_values(self):
+        other = policy(NO_SHARES, {
+            'isolatedNamespaceLabel': 'corp.example/secure=yes',
+            'dra': {'driverName': 'gpu.example.org'}})
+        claim = da.claim('c', [da.request('s', 'share.gpu.example.org')])
+        self.assertEqual((True, False), admit(
+            other, {}, claim, None,
+            self.ns({'corp.example/secure': 'yes'})))
+        self.assertEqual((False, True), admit(
+            other, {}, claim, None, self.ns(self.isolated)))
+
     def test_other_namespaces_are_not_matched(self):
         claim = da.claim('c', [da.request('s', 'share.gpu.amd.com')])
         for labels in (None, {}, {'amdgpu-virt.io/tenancy': 'shared'}):
@@ -199,7 +276,7 @@ class TestExamplesFit(testtools.TestCase):
         ledger = helpers.roles(inv, 'n', *roles)
         alloc = da.Allocator(slices.build(devices.plan(
             'n', inv, ledger.for_host('n')), 'gpu.amd.com'),
-            load(DEPLOY, 'deviceclasses.yaml'))
+            [d for d in dra_docs() if d['kind'] == 'DeviceClass'])
         return alloc.allocate(self.claim_of(name), 'n')
 
     def test_whole(self):
