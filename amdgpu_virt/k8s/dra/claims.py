@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from collections.abc import Mapping
 from decimal import Decimal, InvalidOperation
 from typing import Any
@@ -22,6 +23,11 @@ from amdgpu_virt import exception
 from amdgpu_virt.k8s.dra import devices as dra_devices
 
 MIB = 1 << 20
+#: a request name (and a subrequest's), a DNS label as the API requires
+_REQUEST = re.compile(r'^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?'
+                      r'(/[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)?$')
+#: what kubelet may send as a claim UID (it names files)
+_UID = re.compile(r'^[A-Za-z0-9][A-Za-z0-9-]{0,63}$')
 #: a claim has at most 32 requests of at most 128 devices each
 MAX_RESULTS = 4096
 
@@ -41,6 +47,16 @@ class Result:
     def top_request(self) -> str:
         """The claim's request name (``req`` of ``req/sub``)."""
         return self.request.split('/', 1)[0]
+
+
+def check_uid(uid: str) -> None:
+    """A claim UID usable in file names.
+
+    :raises DraClaimError: naming the UID.
+    """
+    if not isinstance(uid, str) or not _UID.match(uid):
+        raise _fail(repr(uid), 'the claim UID must be letters, digits and '
+                    '"-" (at most 64), as Kubernetes makes them')
 
 
 def _fail(key: str, reason: str) -> exception.DraClaimError:
@@ -116,8 +132,10 @@ def results(claim: Mapping[str, Any], uid: str, driver: str,
         if result.get('driver') != driver:
             continue
         request = result.get('request')
-        if not isinstance(request, str) or not request:
-            raise _fail(key, '%s has no request name' % where)
+        if not isinstance(request, str) or not _REQUEST.match(request):
+            raise _fail(key, '%s.request %r is not a request name (a DNS '
+                        'label, or <request>/<subrequest>)' % (
+                            where, request))
         if result.get('pool') != plan.node:
             raise _fail(key, '%s names pool %r; this node\'s pool is %r'
                         % (where, result.get('pool'), plan.node))

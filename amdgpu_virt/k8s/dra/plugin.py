@@ -259,6 +259,7 @@ class DraPlugin:
 
         :raises AmdgpuVirtError: naming the claim and the culprit.
         """
+        dra_claims.check_uid(uid)
         with self._lock, self.state.locked():
             claims = self.state.load()
             prepared = claims.get(uid)
@@ -281,7 +282,11 @@ class DraPlugin:
             return prepared
 
     def unprepare(self, uid: str) -> None:
-        """Release one claim; an unknown claim is already released."""
+        """Release one claim; an unknown claim is already released.
+
+        :raises DraClaimError: a UID that cannot name a file.
+        """
+        dra_claims.check_uid(uid)
         with self._lock, self.state.locked():
             claims = self.state.load()
             if uid in claims:

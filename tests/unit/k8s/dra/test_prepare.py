@@ -310,6 +310,19 @@ class TestHostileClaims(testtools.TestCase):
         del obj['status']
         self.assertRefused(obj, 'not allocated')
 
+    def test_bad_request_names_and_uids(self):
+        obj = self.fx.claim('c', [da.request('gpu', DRIVER)])
+        for bad in ('../x', 'A', '', 'a/b/c', 'x' * 64):
+            self.result(obj)['request'] = bad
+            self.assertRefused(obj, 'not a request name')
+        for uid in ('../../etc/passwd', '', 'a/b', '-x', 'u' * 65):
+            err = self.assertRaises(exception.DraClaimError,
+                                    self.fx.plugin.prepare, 'default', 'c',
+                                    uid)
+            self.assertIn('claim UID', str(err))
+            self.assertRaises(exception.DraClaimError,
+                              self.fx.plugin.unprepare, uid)
+
     def test_corrupt_state_file_fails_closed(self):
         obj = self.fx.claim('c', [da.request('gpu', DRIVER)])
         self.fx.prepare(obj)
