@@ -245,6 +245,12 @@ class NovaFlavors(lister.Lister):
             known = [a['name'] for a in backend.alias_entries(ledger)]
         specs = flavors.load(path, conf.nova.numa_policy, known,
                              parsed_args.allow_zero_disk)
+        spread = [s.name for s in specs if s.gpus]
+        if spread and not conf.nova.per_gpu_traits:
+            raise exception.ConfigError(
+                option='[nova] per_gpu_traits',
+                reason='is False, so no per-GPU alias exists for flavor(s) '
+                '%s with "gpus"' % ', '.join(spread))
         for name in flavors.zero_disk(specs):
             self.app.stderr.write(
                 'warning: flavor %s has disk 0: only admins may boot it '

@@ -152,7 +152,8 @@ providers and never answer. The per-GPU aliases only tell GPUs apart with
 Possible values:
 
 * True: per-GPU traits and aliases (default)
-* False: no per-GPU trait; flavors with ``gpus`` are refused
+* False: no per-GPU trait or alias; ``nova flavors`` refuses flavors
+  with ``gpus``
 
 Related options:
 
@@ -184,7 +185,7 @@ YAML file defining the flavors ``nova flavors`` creates or updates. Format::
         count: 1
         numa_policy: preferred   # optional
         isolate: false           # optional: group_policy=isolate
-        gpus: 8                  # optional: count spread over GPUs 0..7
+        # gpus: 8                # optional: count spread over GPUs 0..7
         extra_specs: {}          # optional
 
 ``disk_gb`` must be above 0 (Nova's default policy

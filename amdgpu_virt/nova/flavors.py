@@ -11,7 +11,7 @@ Flavors are defined in a YAML file (``[nova] flavors_file``)::
         count: 1
         numa_policy: preferred      # optional, default [nova] numa_policy
         isolate: false              # optional: group_policy=isolate
-        gpus: 8                     # optional: spread over GPUs 0..7
+        # gpus: 8                   # optional: count over GPUs 0..7
         extra_specs: {}             # optional, any other extra specs
 
 Each becomes ``pci_passthrough:alias=<alias>:<count>``,

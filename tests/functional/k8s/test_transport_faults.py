@@ -17,6 +17,7 @@ from amdgpu_virt.k8s import agent
 from amdgpu_virt.k8s import client as k8s_client
 from amdgpu_virt.k8s import devices
 from amdgpu_virt.k8s import schedcache
+from amdgpu_virt.k8s import watching
 from amdgpu_virt.sharing import allocator
 from amdgpu_virt.sharing import hami
 from tests.functional.fixtures import faultproxy
@@ -120,14 +121,16 @@ class WatcherSurvivesTest(testtools.TestCase):
     def test_watch_reset_and_truncated_list_are_retried(self) -> None:
         kube = self.useFixture(kubeclient.ApiServerFixture())
         fx = self.useFixture(faultproxy.FaultProxyFixture(kube))
-        fx.proxy.add_rule(Rule(Fault.TRUNCATE, 'GET', r'/nodes$'))
+        # the list (paged, so with a query), not the watch that follows
+        fx.proxy.add_rule(Rule(Fault.TRUNCATE, 'GET',
+                               r'/nodes(\?(?!.*watch=true).*)?$'))
         fx.proxy.add_rule(Rule(Fault.RESET, 'GET', 'watch=true', times=2))
         cache = schedcache.ClusterCache(allocator.load_strategy('first-fit'),
                                         'amd.com/gpu')
-        watcher = schedcache.Watcher(
+        watcher = watching.Watcher(
             'nodes', fx.api.list_node,
             lambda items, _rv: cache.replace_nodes(items),
-            schedcache.node_event(cache), timeout=2, backoff=0.05)
+            watching.node_event(cache), timeout=2, backoff=0.05)
         watcher.start()
         self.addCleanup(watcher.stop)
         self.assertTrue(faultproxy.wait_for(

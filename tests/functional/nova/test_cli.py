@@ -15,6 +15,7 @@ import uuid
 import testtools
 
 from amdgpu_virt import ledger as av_ledger
+from amdgpu_virt import yamlutil
 from amdgpu_virt.cmd import main as av_main
 from amdgpu_virt.inventory import simulate
 from amdgpu_virt.model import PciAddress
@@ -171,3 +172,44 @@ class TestPlacementCommands(CliTestCase):
         rc, stdout, stderr = self.run_cli(*args)
         self.assertEqual(0, rc)
         self.assertIn('Reboot', stdout)
+
+
+class TestFlavorsRefusals(CliTestCase):
+    """``nova flavors`` refuses before any request is made."""
+
+    def flavors_file(self, **extra) -> str:
+        path = os.path.join(self.tmp, 'flavors.yaml')
+        entry = {'name': 'gpu.x', 'vcpus': 8, 'ram_mib': 1024,
+                 'alias': 'amd-mi300x-cpx-vf', 'count': 8}
+        entry.update(extra)
+        with open(path, 'w') as handle:
+            handle.write(yamlutil.dump({'flavors': [entry]}))
+        return path
+
+    def test_zero_disk_refused_unless_allowed(self):
+        conf = os.path.join(self.tmp, 'a.conf')
+        with open(conf, 'w') as handle:
+            # nothing listens here: an allowed flavor gets as far as Nova
+            handle.write('[nova]\ncompute_endpoint = http://127.0.0.1:9\n'
+                         'token = admin\n')
+        path = self.flavors_file()
+        rc, _out, err = self.run_cli('--config-file', conf, 'nova',
+                                     'flavors', '--file', path)
+        self.assertEqual(1, rc)
+        self.assertIn('os_compute_api:servers:create:zero_disk_flavor', err)
+        rc, _out, err = self.run_cli('--config-file', conf, 'nova',
+                                     'flavors', '--file', path,
+                                     '--allow-zero-disk')
+        self.assertIn('warning: flavor gpu.x has disk 0', err)
+        self.assertIn('Nova compute', err)        # then it tried Nova
+
+    def test_gpus_refused_without_per_gpu_traits(self):
+        conf = os.path.join(self.tmp, 'b.conf')
+        with open(conf, 'w') as handle:
+            handle.write('[nova]\nper_gpu_traits = False\n')
+        rc, _out, err = self.run_cli(
+            '--config-file', conf, 'nova', 'flavors', '--file',
+            self.flavors_file(disk_gb=40, gpus=8))
+        self.assertEqual(1, rc)
+        self.assertIn('[nova] per_gpu_traits', err)
+        self.assertIn('gpu.x', err)

@@ -20,6 +20,7 @@ import unittest
 import testtools
 
 from tests.functional.fixtures import nova_env
+from tests.functional.nova import novaquery
 
 from amdgpu_virt import conf as av_conf
 from amdgpu_virt import exception
@@ -34,7 +35,6 @@ from amdgpu_virt.nova.audit import FindingKind
 from amdgpu_virt.nova.naming import Naming
 
 if nova_env.AVAILABLE:
-    import nova.conf
     from nova import objects
     from nova.pci import request as pci_request
     from nova.pci import stats as pci_stats
@@ -93,19 +93,14 @@ class TestWholeGpuDeviceType(testtools.TestCase):
                 parent_addr=None, request_id=None, extra_info={},
                 dev_id='pci_%s' % str(gpu.address).replace(':', '_')
                 .replace('.', '_'), label='label_1002_%04x' % gpu.device_id))
-        conf = nova.conf.CONF
-        conf.set_override('alias', [pci.dumps(a) for a in aliases],
-                          group='pci')
-        self.addCleanup(conf.clear_override, 'alias', group='pci')
-        pci_request.get_alias_from_config.cache_clear()
-        self.addCleanup(pci_request.get_alias_from_config.cache_clear)
         result = {}
-        for alias in aliases:
-            (request,) = pci_request._translate_alias_to_requests(
-                '%s:1' % alias['name'])
-            pools = stats._filter_pools_for_spec(stats.pools, request)
-            result[alias['name']] = sorted(
-                d.address for p in pools for d in p['devices'])
+        with novaquery.nova_aliases(aliases):
+            for alias in aliases:
+                (request,) = pci_request._translate_alias_to_requests(
+                    '%s:1' % alias['name'])
+                pools = stats._filter_pools_for_spec(stats.pools, request)
+                result[alias['name']] = sorted(
+                    d.address for p in pools for d in p['devices'])
         return result
 
     def test_type_from_sriov_totalvfs_and_nova_matches_it(self):

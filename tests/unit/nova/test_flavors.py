@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import textwrap
+
 import testtools
+import yaml
 
 from amdgpu_virt import exception
 from amdgpu_virt.nova import flavors
@@ -105,3 +109,39 @@ class TestParse(testtools.TestCase):
             known_aliases=['amd-mi300x-cpx-vf', 'amd-mi300x-cpx-vf-gpu0'])
         self.assertIn('alias amd-mi300x-cpx-vf-gpu1 is not rendered',
                       str(err))
+
+
+class TestDocumentedExamples(testtools.TestCase):
+    """The flavor files the docs show are valid, disk size included."""
+
+    def _blocks(self, text: str, marker: str) -> list[str]:
+        blocks = []
+        for part in text.split(marker)[1:]:
+            lines = part.split('\n')[1:]
+            block = []
+            for line in lines:
+                if line.strip() and not line.startswith(' '):
+                    break
+                block.append(line)
+            blocks.append(textwrap.dedent('\n'.join(block)))
+        return blocks
+
+    def test_admin_guide_flavors(self):
+        path = os.path.join(os.path.dirname(__file__), '..', '..', '..',
+                            'doc', 'source', 'admin', 'nova.rst')
+        with open(path) as handle:
+            text = handle.read()
+        (block,) = self._blocks(text, 'Flavors are defined in ``[nova] '
+                                      'flavors_file``::')
+        specs = flavors.parse(yaml.safe_load(block))
+        self.assertEqual(3, len(specs))
+        self.assertTrue(all(s.disk_gb > 0 for s in specs))
+        self.assertEqual(tuple(range(8)), specs[2].gpus)
+
+    def test_option_help_and_module_examples(self):
+        from amdgpu_virt.conf import nova as nova_conf
+        (opt,) = [o for o in nova_conf.nova_opts if o.name == 'flavors_file']
+        for text in (opt.help, flavors.__doc__):
+            block = text.split('::\n', 1)[1].split('\n\n')[0]
+            spec = flavors.parse(yaml.safe_load(textwrap.dedent(block)))
+            self.assertGreater(spec[0].disk_gb, 0)

@@ -21,17 +21,21 @@ from tests.unit.policy import utils
 NS = {'s': 'http://www.w3.org/2000/svg'}
 
 
+def _small_plan():
+    hosts = [utils.host('gim', 'gim-cpx', gpus=2),
+             utils.host('cpx', 'cpx', nps='nps4', gpus=1)]
+    return utils.plan(hosts, [
+        Workload('vm-1', Platform.VM, memory_mib=8192, cus=19),
+        Workload('whole', Platform.VM),
+        Workload('pod-co', Platform.POD, Tenancy.TRUSTED, cus=20,
+                 memory_mib=8192)])
+
+
 class TestChart(testtools.TestCase):
 
     def setUp(self):
         super().setUp()
-        hosts = [utils.host('gim', 'gim-cpx', gpus=2),
-                 utils.host('cpx', 'cpx', nps='nps4', gpus=1)]
-        self.plan = utils.plan(hosts, [
-            Workload('vm-1', Platform.VM, memory_mib=8192, cus=19),
-            Workload('whole', Platform.VM),
-            Workload('pod-co', Platform.POD, Tenancy.TRUSTED, cus=20,
-                     memory_mib=8192)])
+        self.plan = _small_plan()
 
     def test_svg_is_well_formed(self):
         root = ET.fromstring(chart.svg(self.plan.gpus).encode())
@@ -86,13 +90,7 @@ class TestChartScaleAndSize(testtools.TestCase):
 
     def setUp(self):
         super().setUp()
-        hosts = [utils.host('gim', 'gim-cpx', gpus=2),
-                 utils.host('cpx', 'cpx', nps='nps4', gpus=1)]
-        self.plan = utils.plan(hosts, [
-            Workload('vm-1', Platform.VM, memory_mib=8192, cus=19),
-            Workload('whole', Platform.VM),
-            Workload('pod-co', Platform.POD, Tenancy.TRUSTED, cus=20,
-                     memory_mib=8192)])
+        self.plan = _small_plan()
 
     def test_detailed_has_scale_and_vram(self):
         text = chart.svg(self.plan.gpus, decisions=self.plan.decisions)
