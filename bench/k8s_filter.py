@@ -304,7 +304,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument('--http-requests', type=int, default=100,
                         help='POST /filter round trips per size (0: none)')
     parser.add_argument('--fill', type=int, default=2,
-                        help='live pods per node before timing')
+                        help='live pods per node before timing (negative: '
+                             'only the near-full runs)')
     parser.add_argument('--seed', type=int, default=1)
     parser.add_argument('--near-full', default='90,99',
                         help='comma-separated fill percentages for the '

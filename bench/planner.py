@@ -7,12 +7,22 @@ and how close the plan comes to the capacity bound.
 
     python bench/planner.py                 # 1,000 hosts x 8 GPUs, 20,000
     python bench/planner.py --hosts 50 --workloads 1000
+    python bench/planner.py --hosts 1000 --workloads 31000 --improve 10
+    python bench/planner.py --scale 1000,2000,5000,10000   # time, memory
+
+``--improve`` plans again with the improvement pass and prints both;
+``--scale`` runs each size in its own process (so each peak RSS is that
+size's) and prints the log-log slope of the plan time.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import math
 import random
+import resource
+import subprocess
 import sys
 import time
 
@@ -97,6 +107,113 @@ def make_workloads(count: int, seed: int) -> list[Workload]:
     return result
 
 
+def run(hosts: int, gpus: int, workloads: int, seed: int,
+        improve: float, tries: int) -> dict:
+    """Plan once (greedy, then with the improvement pass when
+    ``improve``); figures as a dict."""
+    t0 = time.perf_counter()
+    fleet = make_fleet(hosts, gpus, seed)
+    items = make_workloads(workloads, seed + 1)
+    built = time.perf_counter() - t0
+    result = {'hosts': hosts, 'workloads': workloads, 'built_s': built}
+    for label, seconds in (('greedy', 0.0), ('improved', improve)):
+        if label == 'improved' and not improve:
+            break
+        conf = av_conf.new_conf()
+        conf.set_override('improve_seconds', seconds, 'policy')
+        conf.set_override('improve_tries', tries, 'policy')
+        w0, c0 = time.perf_counter(), time.process_time()
+        plan = planner.plan(conf, fleet, items)
+        wall, cpu = time.perf_counter() - w0, time.process_time() - c0
+        s = plan.summary()
+        result[label] = {
+            'wall_s': wall, 'cpu_s': cpu, 'gpus': s['gpus'],
+            'placed': s['placed'], 'placed_priority': s['placed_priority'],
+            'placed_by_kind': s['placed_by_kind'],
+            'unschedulable': s['by_code']['unschedulable-now'],
+            'never': s['by_code']['never-fits'], 'bound': s['bound'],
+            'placed_of_bound': s['placed_of_bound'],
+            'priority_of_bound': s['priority_of_bound'],
+            'gpus_with_role': s['gpus_with_role'],
+            'utilisation': s['utilisation'],
+            'utilisation_of_used': s['utilisation_of_used'],
+            'stranded_gpus': s['stranded_gpus']}
+        del plan
+    # the peak of this process: fleet, workloads and the plans made
+    result['peak_rss_mib'] = resource.getrusage(
+        resource.RUSAGE_SELF).ru_maxrss / 1024
+    return result
+
+
+def report(r: dict) -> None:
+    g = r['greedy']
+    print('fleet: %d hosts, %d GPUs; %d workloads (built in %.2f s)'
+          % (r['hosts'], g['gpus'], r['workloads'], r['built_s']))
+    print('plan time: %.2f s wall, %.2f s CPU; peak RSS %.0f MiB'
+          % (g['wall_s'], g['cpu_s'], r['peak_rss_mib']))
+    print('placed: %d of %d (%s); unschedulable %d, never %d'
+          % (g['placed'], r['workloads'], ', '.join(
+              '%s %d' % i for i in g['placed_by_kind'].items()),
+             g['unschedulable'], g['never']))
+    b = g['bound']
+    print('load: the feasible workloads need at least %.0f of %.0f free '
+          'GPUs (%.0f %%)' % (b['demand_gpus'], b['capacity_gpus'],
+                              100 * b['demand_gpus']
+                              / max(1.0, b['capacity_gpus'])))
+    print('capacity bound: %d workloads, priority %d (feasible %d)'
+          % (b['placed'], b['priority'], b['feasible']))
+    print('placed / bound: %.1f %%; priority / bound: %.1f %%'
+          % (100 * g['placed_of_bound'], 100 * g['priority_of_bound']))
+    print('GPUs with a role: %d of %d; utilisation %.1f %% (of GPUs with a '
+          'role %.1f %%); stranded %.1f GPU-equivalents'
+          % (g['gpus_with_role'], g['gpus'], 100 * g['utilisation'],
+             100 * g['utilisation_of_used'], g['stranded_gpus']))
+    if 'improved' in r:
+        i = r['improved']
+        print('improvement pass: %.2f s wall in all; placed %d -> %d, '
+              'priority %d -> %d (%+.2f %%), priority / bound %.1f %%'
+              % (i['wall_s'], g['placed'], i['placed'],
+                 g['placed_priority'], i['placed_priority'],
+                 100 * (i['placed_priority'] - g['placed_priority'])
+                 / max(1, g['placed_priority']),
+                 100 * i['priority_of_bound']))
+
+
+def scale(sizes: list[int], per_host: int, args: argparse.Namespace) -> None:
+    """One process per size (so each peak RSS is its own), then the
+    log-log slope of the plan time."""
+    rows = []
+    for hosts in sizes:
+        out = subprocess.run(
+            [sys.executable, __file__, '--hosts', str(hosts),
+             '--workloads', str(hosts * per_host), '--gpus', str(args.gpus),
+             '--seed', str(args.seed), '--improve', str(args.improve),
+             '--improve-tries', str(args.improve_tries), '--json'],
+            check=True, capture_output=True, text=True).stdout
+        rows.append(json.loads(out))
+    print('%7s %9s %9s %9s %9s %8s %9s %10s' % (
+        'hosts', 'workloads', 'wall s', 'CPU s', 'peak MiB', 'placed',
+        'priority', 'improved'))
+    for r in rows:
+        g = r['greedy']
+        better = r.get('improved', {}).get('placed_priority')
+        print('%7d %9d %9.2f %9.2f %9.0f %7.1f%% %9d %10s' % (
+            r['hosts'], r['workloads'], g['wall_s'], g['cpu_s'],
+            r['peak_rss_mib'], 100 * g['placed'] / r['workloads'],
+            g['placed_priority'], '-' if better is None else better))
+    for key in ('wall_s', 'cpu_s'):
+        xs = [math.log(r['hosts']) for r in rows]
+        ys = [math.log(r['greedy'][key]) for r in rows]
+        ends = (ys[-1] - ys[0]) / (xs[-1] - xs[0]) if len(rows) > 1 else 0
+        mean_x, mean_y = sum(xs) / len(xs), sum(ys) / len(ys)
+        pairs = zip(xs, ys, strict=True)
+        fit = sum((x - mean_x) * (y - mean_y) for x, y in pairs) / (
+            sum((x - mean_x) ** 2 for x in xs) or 1)
+        print('log-log slope of %s from %d to %d hosts: %.2f (end points), '
+              '%.2f (least squares)' % (key, rows[0]['hosts'],
+                                        rows[-1]['hosts'], ends, fit))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('--hosts', type=int, default=1000,
@@ -107,38 +224,31 @@ def main(argv: list[str] | None = None) -> int:
                         help='workloads to place (default 20000)')
     parser.add_argument('--seed', type=int, default=42,
                         help='seed of the fleet and workload mix')
+    parser.add_argument('--improve', type=float, default=0.0,
+                        metavar='SECONDS',
+                        help='also plan with the improvement pass of this '
+                             'budget and print both (default: off)')
+    parser.add_argument('--improve-tries', type=int, default=4,
+                        help='[policy] improve_tries for --improve')
+    parser.add_argument('--scale', metavar='H1,H2,...',
+                        help='plan fleets of these host counts, each with '
+                             '--per-host workloads per host, in their own '
+                             'process; print time, peak RSS and the log-log '
+                             'slope')
+    parser.add_argument('--per-host', type=int, default=20,
+                        help='workloads per host for --scale (default 20)')
+    parser.add_argument('--json', action='store_true',
+                        help='print the figures as JSON')
     args = parser.parse_args(argv)
-    conf = av_conf.new_conf()
-    t0 = time.perf_counter()
-    fleet = make_fleet(args.hosts, args.gpus, args.seed)
-    workloads = make_workloads(args.workloads, args.seed + 1)
-    t1 = time.perf_counter()
-    c1 = time.process_time()
-    plan = planner.plan(conf, fleet, workloads)
-    t2 = time.perf_counter()
-    c2 = time.process_time()
-    s = plan.summary()
-    print('fleet: %d hosts, %d GPUs; %d workloads (built in %.2f s)'
-          % (args.hosts, s['gpus'], len(workloads), t1 - t0))
-    print('plan time: %.2f s wall, %.2f s CPU' % (t2 - t1, c2 - c1))
-    print('placed: %d of %d (%s); unschedulable %d, never %d'
-          % (s['placed'], s['workloads'], ', '.join(
-              '%s %d' % i for i in s['placed_by_kind'].items()),
-             s['by_code']['unschedulable-now'], s['by_code']['never-fits']))
-    print('load: the feasible workloads need at least %.0f of %.0f free '
-          'GPUs (%.0f %%)' % (s['bound']['demand_gpus'],
-                              s['bound']['capacity_gpus'],
-                              100 * s['bound']['demand_gpus']
-                              / max(1.0, s['bound']['capacity_gpus'])))
-    print('capacity bound: %d workloads, priority %d (feasible %d)'
-          % (s['bound']['placed'], s['bound']['priority'],
-             s['bound']['feasible']))
-    print('placed / bound: %.1f %%; priority / bound: %.1f %%'
-          % (100 * s['placed_of_bound'], 100 * s['priority_of_bound']))
-    print('GPUs with a role: %d of %d; utilisation %.1f %% (of GPUs with a '
-          'role %.1f %%); stranded %.1f GPU-equivalents'
-          % (s['gpus_with_role'], s['gpus'], 100 * s['utilisation'],
-             100 * s['utilisation_of_used'], s['stranded_gpus']))
+    if args.scale:
+        scale([int(x) for x in args.scale.split(',')], args.per_host, args)
+        return 0
+    result = run(args.hosts, args.gpus, args.workloads, args.seed,
+                 args.improve, args.improve_tries)
+    if args.json:
+        print(json.dumps(result))
+    else:
+        report(result)
     return 0
 
 

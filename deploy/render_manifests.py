@@ -62,12 +62,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--check', action='store_true',
                         help='report drift instead of rewriting')
+    parser.add_argument('--output', default=OUTPUT, metavar='DIR',
+                        help='the directory (default: deploy/kubernetes)')
     args = parser.parse_args(argv)
+    output = args.output
     wanted = expected_files()
-    present = {n for n in os.listdir(OUTPUT) if n.endswith('.yaml')}
+    present = {n for n in os.listdir(output) if n.endswith('.yaml')}
     drift = sorted(present - set(wanted))
     for name, content in wanted.items():
-        path = os.path.join(OUTPUT, name)
+        path = os.path.join(output, name)
         try:
             with open(path, encoding='utf-8') as stream:
                 current = stream.read()
@@ -77,12 +80,12 @@ def main(argv: list[str] | None = None) -> int:
             drift.append(name)
     if args.check:
         for name in sorted(set(drift)):
-            print('deploy/kubernetes/%s differs from the chart' % name)
+            print('%s differs from the chart' % os.path.join(output, name))
         return 1 if drift else 0
     for name in present - set(wanted):
-        os.unlink(os.path.join(OUTPUT, name))
+        os.unlink(os.path.join(output, name))
     for name, content in wanted.items():
-        with open(os.path.join(OUTPUT, name), 'w', encoding='utf-8') as out:
+        with open(os.path.join(output, name), 'w', encoding='utf-8') as out:
             out.write(content)
     return 0
 

@@ -104,9 +104,12 @@ class Agent(command.Command):
 class Webhook(command.Command):
     """Serve the admission webhook for pods requesting AMD GPUs.
 
-    Runs until SIGTERM/SIGINT. Reads [kubernetes] (webhook_host,
-    webhook_port, webhook_cert_file, webhook_key_file, scheduler_name,
-    webhook_managed_resources, isolated_namespace_label).
+    Runs until SIGTERM/SIGINT. Reviews pod CREATE and UPDATE; turns a
+    pod's gpu.amd.com/workload annotation into resources with the policy
+    engine. Reads [kubernetes] (webhook_host, webhook_port,
+    webhook_cert_file, webhook_key_file, scheduler_name,
+    webhook_managed_resources, isolated_namespace_label,
+    webhook_exempt_namespaces, webhook_allocation_writers) and [policy].
     """
 
     def take_action(self, parsed_args: argparse.Namespace) -> int:

@@ -25,6 +25,7 @@ from amdgpu_virt import inventory as inventory_pkg
 from amdgpu_virt import ledger as av_ledger
 from amdgpu_virt import plugins
 from amdgpu_virt.cmd import main as av_main
+from amdgpu_virt.cmd import sources as cmd_sources
 from amdgpu_virt.model import HostInventory
 from amdgpu_virt.model import PciAddress
 from amdgpu_virt.nova import flavors
@@ -45,16 +46,9 @@ def load_backend(app: Any) -> NovaBackend:
 
 def _add_inventory_args(parser: argparse.ArgumentParser,
                         only_without_ledger: bool = False) -> None:
-    when = ' (only without --ledger)' if only_without_ledger else ''
-    parser.add_argument(
-        '--sysfs-root', metavar='DIR',
-        help='read this sysfs tree instead of [inventory] sysfs_root (/sys), '
-             'e.g. one written by "amdgpu-virt simulate-host"%s' % when)
-    parser.add_argument(
-        '--hostname', metavar='NAME',
-        help='host name to report instead of [inventory] hostname (default: '
-             'this machine\'s name); must be the compute node name Nova '
-             'uses%s' % when)
+    cmd_sources.add_arguments(
+        parser, note=' (only without --ledger)' if only_without_ledger
+        else '', sample=False)
 
 
 def _add_ledger_args(parser: argparse.ArgumentParser,
@@ -70,18 +64,39 @@ def _add_ledger_args(parser: argparse.ArgumentParser,
                                  'offers nothing and is warned about')
 
 
+def _from_files(parsed_args: argparse.Namespace) -> bool:
+    return bool(parsed_args.fleet or parsed_args.snapshot_dir)
+
+
 def _scan(app: Any, parsed_args: argparse.Namespace) -> HostInventory:
+    """This host's inventory: from ``--fleet``/``--snapshot-dir`` by name
+    (``--hostname``, else ``--host``, else ``[inventory] hostname`` or the
+    machine's name), else read through ``--sysfs-root`` or the
+    ``[inventory]`` driver."""
     conf = av_main.app_conf(app)
-    if parsed_args.sysfs_root:
-        conf.set_override('sysfs_root', parsed_args.sysfs_root,
-                          group='inventory')
-    if parsed_args.hostname:
-        conf.set_override('hostname', parsed_args.hostname,
-                          group='inventory')
-    found = inventory_pkg.load_driver(conf).scan()
+    if _from_files(parsed_args) and not parsed_args.sysfs_root:
+        name = (parsed_args.hostname or getattr(parsed_args, 'host', None)
+                or cmd_sources.this_host(app, parsed_args))
+        found = cmd_sources.inventories(app, parsed_args).of(name)
+    else:
+        if parsed_args.sysfs_root:
+            conf.set_override('sysfs_root', parsed_args.sysfs_root,
+                              group='inventory')
+        if parsed_args.hostname:
+            conf.set_override('hostname', parsed_args.hostname,
+                              group='inventory')
+        found = inventory_pkg.load_driver(conf).scan()
     for warning in found.warnings:
         app.stderr.write('warning: %s\n' % warning)
     return found
+
+
+def _every(app: Any, parsed_args: argparse.Namespace
+           ) -> list[HostInventory]:
+    """Every host of ``--fleet``/``--snapshot-dir``, else this host."""
+    if _from_files(parsed_args):
+        return cmd_sources.inventories(app, parsed_args).every()
+    return [_scan(app, parsed_args)]
 
 
 def _ledger(parsed_args: argparse.Namespace) -> av_ledger.Ledger | None:
@@ -165,7 +180,7 @@ class NovaAliases(command.Command):
     def take_action(self, parsed_args: argparse.Namespace) -> int:
         backend = load_backend(self.app)
         ledger = _ledger(parsed_args)
-        inventories = [] if ledger else [_scan(self.app, parsed_args)]
+        inventories = [] if ledger else _every(self.app, parsed_args)
         _emit(self.app, backend.render_aliases(ledger, inventories),
               parsed_args.output)
         return 0
@@ -284,15 +299,17 @@ class NovaAudit(lister.Lister):
                     ) -> tuple[Sequence[str], Iterable[Sequence[Any]]]:
         backend = load_backend(self.app)
         ledger = _ledger(parsed_args)
-        inventories = []
-        if ledger is None or parsed_args.sysfs_root:
-            inventories.append(_scan(self.app, parsed_args))
+        inventories: list[HostInventory] = []
+        if ledger is None or parsed_args.sysfs_root or \
+                _from_files(parsed_args):
+            inventories = _every(self.app, parsed_args)
         if ledger is not None:
             plans = nova_plan.plan_from_ledger(
                 ledger, backend.naming,
                 av_main.app_conf(self.app).nova.dedicated_device_type)
         else:
-            plans = (backend.plan(inventories[0]),)
+            plans = tuple(backend.plan(inventory)
+                          for inventory in inventories)
         report = backend.audit(plans, inventories)
         self.drift = bool(report.findings)
         self.app.stderr.write('%d host(s), %d finding(s), %d Placement '

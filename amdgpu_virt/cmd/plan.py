@@ -20,7 +20,8 @@ from amdgpu_virt import data
 from amdgpu_virt import exception
 from amdgpu_virt import fileutil
 from amdgpu_virt import yamlutil
-from amdgpu_virt.inventory import fleet as av_fleet
+from amdgpu_virt.cmd import sources as cmd_sources
+from amdgpu_virt.inventory import sources
 from amdgpu_virt.policy import chart as av_chart
 from amdgpu_virt.policy import planner as av_planner
 from amdgpu_virt.policy import result as av_result
@@ -41,11 +42,7 @@ SUMMARY_COLUMNS = ('Field', 'Value')
 
 
 def _add_inputs(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        '--fleet', metavar='FILE',
-        help='fleet file: YAML with a "hosts" list of simulated host specs '
-             '(the format of "simulate-host --fleet"); default: the '
-             'embedded sample fleet')
+    cmd_sources.add_arguments(parser)
     parser.add_argument(
         '--workloads', metavar='FILE',
         help='workload file: YAML with a "workloads" list (see the '
@@ -57,12 +54,17 @@ def _add_inputs(parser: argparse.ArgumentParser) -> None:
              'new workloads, moving nothing that runs')
 
 
-def make_plan(conf: Any, args: argparse.Namespace) -> av_result.Plan:
+def make_plan(conf: Any, args: argparse.Namespace,
+              app: Any = None) -> av_result.Plan:
     """Load the inputs named in ``args`` and plan.
 
+    :param app: the running application (for ``--sysfs-root``).
     :raises AmdgpuVirtError: an input is invalid (naming it).
     """
-    hosts = av_fleet.load_fleet(args.fleet)
+    if app is not None:
+        hosts = cmd_sources.inventories(app, args).every()
+    else:
+        hosts = sources.Inventories(cmd_sources.source_of(args)).every()
     path = args.workloads or data.path(SAMPLE_WORKLOADS)
     invalid: list[Any] = []
     if getattr(args, 'skip_invalid', False):
@@ -289,7 +291,7 @@ class Plan(lister.Lister):
             # Refuse a bad name before planning and printing, not after.
             check_chart_name(parsed_args.chart)
         plan = make_plan(self.app.get_conf(),  # type: ignore[attr-defined]
-                         parsed_args)
+                         parsed_args, self.app)
         if parsed_args.output_ledger:
             fileutil.write_if_changed(parsed_args.output_ledger,
                                       yamlutil.dump(plan.state_dict()))
@@ -348,7 +350,7 @@ class Explain(command.Command):
 
     def take_action(self, parsed_args: argparse.Namespace) -> int:
         plan = make_plan(self.app.get_conf(),  # type: ignore[attr-defined]
-                         parsed_args)
+                         parsed_args, self.app)
         decision = plan.decision(parsed_args.workload)
         out = self.app.stdout
         out.write('%s: %s\n' % (decision.workload, decision.code.value))

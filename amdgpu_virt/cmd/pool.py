@@ -16,16 +16,14 @@ from typing import Any
 
 from cliff import command
 from cliff import lister
-from oslo_config import cfg
 
 from amdgpu_virt import exception
-from amdgpu_virt import inventory as inventory_pkg
 from amdgpu_virt import ledger as av_ledger
 from amdgpu_virt import yamlutil
 from amdgpu_virt.cmd import main as av_main
 from amdgpu_virt.cmd import nova as cmd_nova
-from amdgpu_virt.inventory import fleet as av_fleet
-from amdgpu_virt.inventory import snapshot
+from amdgpu_virt.cmd import sources as cmd_sources
+from amdgpu_virt.inventory import sources
 from amdgpu_virt.model import HostInventory
 from amdgpu_virt.model import Role
 from amdgpu_virt.pool import apply as pool_apply
@@ -35,137 +33,9 @@ from amdgpu_virt.pool import move as pool_move
 
 #: ``move`` exit status while it waits for a side or the host
 EXIT_WAITING = 75
-SNAPSHOT_SUFFIXES = ('.json', '.yaml', '.yml')
 
 
-# --- inventories -------------------------------------------------------------
-
-def _add_inventory_args(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_mutually_exclusive_group()
-    group.add_argument(
-        '--fleet', metavar='FILE',
-        help='the hosts\' inventories from a fleet file of simulated hosts '
-             '(default: the embedded sample fleet)')
-    group.add_argument(
-        '--snapshot-dir', metavar='DIR',
-        help='the hosts\' inventories from snapshot files DIR/<host>.json '
-             '(or .yaml), as "amdgpu-virt inventory -f json" writes them')
-
-
-def _snapshot_path(directory: str, host: str) -> str | None:
-    for suffix in SNAPSHOT_SUFFIXES:
-        path = os.path.join(directory, host + suffix)
-        if os.path.exists(path):
-            return path
-    return None
-
-
-def _add_live_args(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_mutually_exclusive_group()
-    group.add_argument(
-        '--live', action='store_true',
-        help='read the inventory of the GPU\'s host through the [inventory] '
-             'driver of this machine (its sysfs_root, snapshot_path and '
-             'hostname options), again at each check, instead of from '
-             '--fleet or --snapshot-dir; run the move on that host, or set '
-             '[inventory] hostname to its name')
-    group.add_argument(
-        '--sysfs-root', metavar='DIR',
-        help='like --live with the sysfs inventory driver reading DIR (the '
-             'host\'s sysfs tree) instead of [inventory] driver and '
-             'sysfs_root')
-
-
-class LiveHost:
-    """One host read through an inventory driver, scanned on each call.
-
-    :param conf: the configuration (``[inventory]`` options).
-    :param host: the host the inventory must be of.
-    :param sysfs_root: use the sysfs driver on this tree instead of
-        ``[inventory] driver``; the host is ``[inventory] hostname`` when
-        set, else ``host``.
-    :raises DriverNotFound: the inventory driver cannot be loaded.
-    """
-
-    def __init__(self, conf: cfg.ConfigOpts, host: str,
-                 sysfs_root: str | None = None) -> None:
-        self.host = host
-        if sysfs_root:
-            self.where = 'sysfs tree %s' % sysfs_root
-            self.driver = inventory_pkg.load_driver(
-                conf, 'sysfs', root=sysfs_root,
-                hostname=conf.inventory.hostname or host)
-        else:
-            self.where = '[inventory] driver %s' % conf.inventory.driver
-            self.driver = inventory_pkg.load_driver(conf)
-
-    def scan(self) -> HostInventory:
-        """The host's inventory as it is now.
-
-        :raises InventoryError: it cannot be read, or it is of another host
-            (naming ``[inventory] hostname``).
-        """
-        inventory: HostInventory = self.driver.scan()
-        if inventory.hostname != self.host:
-            raise exception.InventoryError(
-                source=self.where, reason='it reads host %s, not %s (run '
-                'the move on %s or set [inventory] hostname)' % (
-                    inventory.hostname, self.host, self.host))
-        return inventory
-
-
-class Inventories:
-    """Where the hosts' inventories come from; read again on each call.
-
-    :param live: one host read live (``--live``, ``--sysfs-root``); the
-        other hosts still come from the fleet or snapshot files.
-    """
-
-    def __init__(self, args: argparse.Namespace,
-                 live: LiveHost | None = None) -> None:
-        self.fleet = args.fleet
-        self.snapshot_dir = args.snapshot_dir
-        self.live = live
-
-    def all(self, hosts: Sequence[str]) -> dict[str, HostInventory]:
-        """Inventories of those of ``hosts`` that have one.
-
-        :raises InventoryError: the live host cannot be read.
-        """
-        live = self.live
-        result = {}
-        if live is not None and live.host in hosts:
-            result[live.host] = live.scan()
-            hosts = [h for h in hosts if h != live.host]
-        if self.snapshot_dir is None:
-            result.update({inv.hostname: inv for inv in
-                           av_fleet.load_fleet(self.fleet)
-                           if inv.hostname in set(hosts)})
-            return result
-        if not os.path.isdir(self.snapshot_dir):
-            raise exception.InventoryError(
-                source='--snapshot-dir %s' % self.snapshot_dir,
-                reason='it is not a directory')
-        for host in hosts:
-            path = _snapshot_path(self.snapshot_dir, host)
-            if path is not None:
-                result[host] = snapshot.load(path)
-        return result
-
-    def of(self, host: str) -> HostInventory:
-        """The inventory of ``host`` as it is now.
-
-        :raises InventoryError: there is none (naming where it looked).
-        """
-        found = self.all([host]).get(host)
-        if found is None:
-            raise exception.InventoryError(
-                source=host, reason='no inventory in %s' % (
-                    self.snapshot_dir or self.fleet or 'the sample fleet'))
-        return found
-
-
-def _load_ledger(path: str, inventories: Inventories
+def _load_ledger(path: str, inventories: sources.Inventories
                  ) -> tuple[av_ledger.Ledger, dict[str, HostInventory]]:
     ledger = av_ledger.load(path)
     found = inventories.all(ledger.hosts)
@@ -245,14 +115,15 @@ class Apply(command.Command):
                             help='also write the ledger ConfigMap ([pool] '
                                  'configmap_namespace/configmap_name) '
                                  'through the Kubernetes API')
-        _add_inventory_args(parser)
+        cmd_sources.add_arguments(parser)
         return parser
 
     def take_action(self, parsed_args: argparse.Namespace) -> int:
         conf = av_main.app_conf(self.app)
         out, err = self.app.stdout, self.app.stderr
-        ledger, inventories = _load_ledger(parsed_args.ledger,
-                                           Inventories(parsed_args))
+        ledger, inventories = _load_ledger(
+            parsed_args.ledger, cmd_sources.inventories(self.app,
+                                                        parsed_args))
         hosts = list(ledger.hosts)
         if parsed_args.host:
             unknown = sorted(set(parsed_args.host) - set(hosts))
@@ -409,7 +280,7 @@ class Audit(lister.Lister):
         parser = super().get_parser(prog_name)
         parser.add_argument('--ledger', metavar='FILE', required=True,
                             help='the role ledger (YAML)')
-        _add_inventory_args(parser)
+        cmd_sources.add_arguments(parser)
         _add_side_args(parser)
         parser.add_argument('--min-severity', default='info',
                             choices=SEVERITIES,
@@ -423,8 +294,9 @@ class Audit(lister.Lister):
             raise exception.ConfigError(
                 option='--no-nova/--no-k8s',
                 reason='at least one side must be audited')
-        ledger, inventories = _load_ledger(parsed_args.ledger,
-                                           Inventories(parsed_args))
+        ledger, inventories = _load_ledger(
+            parsed_args.ledger, cmd_sources.inventories(self.app,
+                                                        parsed_args))
         sides = tuple(s for s, off in (('nova', parsed_args.no_nova),
                                        ('k8s', parsed_args.no_k8s))
                       if not off)
@@ -533,18 +405,14 @@ class Move(command.Command):
                             help='where re-rendered files go (default: '
                                  '[pool] output_dir, itself '
                                  '"amdgpu-virt-out" by default)')
-        _add_inventory_args(parser)
-        _add_live_args(parser)
+        cmd_sources.add_arguments(parser, live=True)
         return parser
 
     def take_action(self, parsed_args: argparse.Namespace) -> int:
         conf = av_main.app_conf(self.app)
         out = self.app.stdout
         host, address = parse_gpu(parsed_args.gpu)
-        live = None
-        if parsed_args.live or parsed_args.sysfs_root:
-            live = LiveHost(conf, host, parsed_args.sysfs_root)
-        inventories = Inventories(parsed_args, live)
+        inventories = cmd_sources.inventories(self.app, parsed_args, host)
         ledger, _found = _load_ledger(parsed_args.ledger, inventories)
         state_dir = parsed_args.state_dir or conf.pool.state_dir
         output_dir = parsed_args.output_dir or conf.pool.output_dir

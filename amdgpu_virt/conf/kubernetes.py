@@ -194,6 +194,54 @@ kubernetes_opts: list[cfg.Opt] = [
              'boundary, so such tenants are never co-located on a GPU.\n\n'
              'Possible values:\n\n'
              '* ``key=value``\n'),
+    cfg.ListOpt(
+        'webhook_exempt_namespaces', default=[],
+        help='Namespaces whose pods the admission webhook lets through '
+             'unchecked. The only exemption there is: nothing a pod '
+             'carries (HAMi\'s hami.io/webhook: ignore label included) '
+             'makes the webhook skip it. Prefer excluding such namespaces '
+             'with the webhook configuration\'s namespaceSelector as '
+             'well, so that the API server does not call the webhook for '
+             'them at all.\n\n'
+             'Possible values:\n\n'
+             '* empty (default): every namespace is checked\n'
+             '* namespace names only an administrator controls (for '
+             'example kube-system)\n\n'
+             'Related options:\n\n'
+             '* webhook_allocation_writers\n'),
+    cfg.ListOpt(
+        'webhook_allocation_writers',
+        default=['system:serviceaccount:amdgpu-virt:amdgpu-virt-scheduler',
+                 'system:serviceaccount:amdgpu-virt:amdgpu-virt-node'],
+        help='Users (as the AdmissionRequest\'s userInfo.username names '
+             'them) who may set or change the GPU allocation annotations '
+             'of pods (hami.io/amd-devices-to-allocate, '
+             'hami.io/amd-devices-allocated, hami.io/amd-cu-allocated, '
+             'hami.io/vgpu-node, hami.io/vgpu-time, hami.io/bind-phase, '
+             'hami.io/bind-time) and the webhook\'s decision annotations. '
+             'The webhook denies anyone else on CREATE and UPDATE.\n\n'
+             'Possible values:\n\n'
+             '* the service accounts of the scheduler (extender) and of '
+             'the node agent / device plugin, as '
+             'system:serviceaccount:<namespace>:<name>\n\n'
+             'Related options:\n\n'
+             '* webhook_exempt_namespaces\n'),
+    cfg.BoolOpt(
+        'webhook_dra_claims', default=False,
+        help='What the admission webhook gives a pod that states its needs '
+             'in the gpu.amd.com/workload annotation.\n\n'
+             'Possible values:\n\n'
+             '* False (default): HAMi resources (amd.com/gpu, '
+             'amd.com/gpucores, amd.com/gpumem) for the scheduler '
+             'extender\n'
+             '* True: a ResourceClaimTemplate of the DRA driver\'s '
+             'DeviceClass gpu.amd.com (whole GPUs) or share.gpu.amd.com '
+             '(CU shares, with computeUnits and memory capacities), '
+             'written into the pod\'s namespace and referenced from the '
+             'pod; the webhook then needs create and get on '
+             'resourceclaimtemplates\n\n'
+             'Related options:\n\n'
+             '* scheduler_name\n'),
     cfg.HostAddressOpt(
         'webhook_host', default='0.0.0.0',  # noqa: S104
         help='Address the admission webhook listens on.\n\n'

@@ -192,6 +192,53 @@ Related options:
 
 * role_weight_multiplier
 """),
+    cfg.BoolOpt('packing', default=True,
+                help="""
+Choose among the ``k8s-shared`` devices that fit a CU slice with the
+fragmentation-aware score (the one the scheduler extender uses, see
+``[scheduler] packing``), measured against the mix of the workloads
+planned: the device whose host's expected fragmentation grows least.
+Off: the best fit (the device left with the least room).
+
+Possible values:
+
+* true, false
+
+Related options:
+
+* [scheduler] packing
+"""),
+    cfg.FloatOpt('improve_seconds', default=0.0, min=0.0, max=3600.0,
+                 help="""
+After the greedy plan, spend at most this many seconds on local moves
+that raise the placed priority: a workload left unschedulable takes the
+place of lower-priority placements on one host (which are then placed
+elsewhere if they fit), only when the priority placed grows. 0 turns the
+pass off. Plans are the same on every run as long as the pass ends before
+its time (see ``improve_tries``).
+
+Possible values:
+
+* 0 .. 3600 (seconds)
+
+Related options:
+
+* improve_tries
+"""),
+    cfg.IntOpt('improve_tries', default=4, min=1, max=1000,
+               help="""
+GPUs the improvement pass tries per unschedulable workload (hosts, for a
+workload of several GPUs): those with lower-priority placements that
+could serve it, in fleet order.
+
+Possible values:
+
+* 1 .. 1000
+
+Related options:
+
+* improve_seconds
+"""),
 ]
 
 

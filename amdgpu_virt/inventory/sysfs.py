@@ -49,6 +49,7 @@ from oslo_config import cfg
 from amdgpu_virt import catalog
 from amdgpu_virt import exception
 from amdgpu_virt.inventory import base
+from amdgpu_virt.inventory import layout
 from amdgpu_virt.inventory import sysfsparse as parse
 from amdgpu_virt.model import AMD_VENDOR_ID
 from amdgpu_virt.model import Driver
@@ -63,12 +64,12 @@ from amdgpu_virt.model import VirtualFunction
 
 LOG = logging.getLogger(__name__)
 
-PCI_DEVICES = 'bus/pci/devices'
-DRM_CLASS = 'class/drm'
-KFD_NODES = 'class/kfd/kfd/topology/nodes'
-GIM_VERSION = 'module/gim/version'
-#: SIMDs per CU on every CDNA GPU; assumed when KFD's value is unusable
-SIMD_PER_CU = 4
+PCI_DEVICES = layout.PCI_DEVICES
+DRM_CLASS = layout.DRM_CLASS
+KFD_NODES = layout.KFD_NODES
+GIM_VERSION = layout.GIM_VERSION
+#: assumed when KFD's value is unusable
+SIMD_PER_CU = layout.SIMD_PER_CU
 _MAX_BYTES = 4096
 _T = TypeVar('_T')
 
@@ -220,7 +221,7 @@ class _Scan:
         except exception.InvalidPciAddress:
             self.warn(path, 'not named like a PCI address; ignored')
             return None
-        vendor = self.value(parse.parse_hex, os.path.join(path, 'vendor'))
+        vendor = self.value(parse.parse_hex, os.path.join(path, layout.VENDOR))
         if vendor != AMD_VENDOR_ID:
             return None
         try:
@@ -229,34 +230,36 @@ class _Scan:
             self.warn(path, 'cannot list: %s' % (err.strerror or err))
             return None
         fn = _Function(name=name, path=path, address=address, entries=entries)
-        fn.pci_class = self.optional(fn, 'class', parse.parse_hex, 0xffffff)
-        fn.device_id = self.optional(fn, 'device', parse.parse_hex)
+        fn.pci_class = self.optional(fn, layout.CLASS, parse.parse_hex,
+                                     0xffffff)
+        fn.device_id = self.optional(fn, layout.DEVICE, parse.parse_hex)
         known_id = fn.device_id is not None and (
             catalog.by_pf_device_id(fn.device_id) is not None
             or catalog.is_vf_device_id(fn.device_id))
         if fn.pci_class is None:
             if not known_id:
-                self.warn(os.path.join(path, 'class'),
+                self.warn(os.path.join(path, layout.CLASS),
                           'unknown PCI class of an AMD function with an '
                           'unknown device id; ignored')
                 return None
         elif not catalog.is_gpu_class(fn.pci_class):
             return None
         if fn.device_id is None:
-            self.warn(os.path.join(path, 'device'),
+            self.warn(os.path.join(path, layout.DEVICE),
                       'device id unknown; reported as device 0000')
-        fn.subsystem_vendor_id = self.optional(fn, 'subsystem_vendor',
+        fn.subsystem_vendor_id = self.optional(fn, layout.SUBSYSTEM_VENDOR,
                                                parse.parse_hex)
-        fn.subsystem_device_id = self.optional(fn, 'subsystem_device',
+        fn.subsystem_device_id = self.optional(fn, layout.SUBSYSTEM_DEVICE,
                                                parse.parse_hex)
-        fn.numa_node = self.optional(fn, 'numa_node', parse.parse_numa_node)
-        if 'driver' in entries:
-            target = self.link(os.path.join(path, 'driver'))
+        fn.numa_node = self.optional(fn, layout.NUMA_NODE,
+                                     parse.parse_numa_node)
+        if layout.DRIVER in entries:
+            target = self.link(os.path.join(path, layout.DRIVER))
             if target is not None:
                 fn.driver = Driver.from_name(
                     os.path.basename(target.rstrip('/')))
-        if 'iommu_group' in entries:
-            group_path = os.path.join(path, 'iommu_group')
+        if layout.IOMMU_GROUP in entries:
+            group_path = os.path.join(path, layout.IOMMU_GROUP)
             target = self.link(group_path)
             if target is not None:
                 try:
@@ -264,15 +267,15 @@ class _Scan:
                                                              group_path)
                 except exception.SysfsValueError as err:
                     self.bad_value(err)
-        if 'physfn' in entries:
+        if layout.PHYSFN in entries:
             fn.physfn_target, fn.physfn = self.link_address(
-                os.path.join(path, 'physfn'))
+                os.path.join(path, layout.PHYSFN))
         for entry in entries:
-            if not entry.startswith('virtfn'):
+            if not entry.startswith(layout.VIRTFN):
                 continue
             link_path = os.path.join(path, entry)
             try:
-                index = parse.parse_int(entry[len('virtfn'):], link_path,
+                index = parse.parse_int(entry[len(layout.VIRTFN):], link_path,
                                         maximum=0xffff)
             except exception.SysfsValueError as err:
                 self.bad_value(err)
@@ -293,10 +296,10 @@ class _Scan:
             return {}
         groups: dict[str, dict[str, int]] = {}
         for name in names:
-            if name.startswith('renderD'):
-                kind, number = 'render', name[len('renderD'):]
-            elif name.startswith('card') and '-' not in name:
-                kind, number = 'card', name[len('card'):]
+            if name.startswith(layout.RENDER):
+                kind, number = 'render', name[len(layout.RENDER):]
+            elif name.startswith(layout.CARD) and '-' not in name:
+                kind, number = 'card', name[len(layout.CARD):]
             else:
                 continue
             path = os.path.join(drm, name)
@@ -351,7 +354,7 @@ class _Scan:
         return values
 
     def kfd_node(self, number: int, path: str) -> _KfdNode | None:
-        props_path = os.path.join(path, 'properties')
+        props_path = os.path.join(path, layout.PROPERTIES)
         props = self.properties(props_path)
         if props is None:
             return None
@@ -373,7 +376,7 @@ class _Scan:
             self.warn(props_path, 'bad value %r of simd_per_cu: assuming %d'
                       % (props.get('simd_per_cu'), SIMD_PER_CU))
             simd_per_cu = SIMD_PER_CU
-        bank_path = os.path.join(path, 'mem_banks', '0', 'properties')
+        bank_path = os.path.join(path, layout.MEM_BANK_PROPERTIES)
         vram_bytes = None
         if os.path.exists(bank_path):
             bank = self.properties(bank_path)
@@ -411,7 +414,7 @@ class _Scan:
                       vram_mib: int | None) -> GpuModel:
         device_id = fn.device_id or 0
         if fn.device_id is not None:
-            self.warn(os.path.join(fn.path, 'device'),
+            self.warn(os.path.join(fn.path, layout.DEVICE),
                       'AMD device id 0x%04x is not in the catalog; reported '
                       'as unknown-%04x with what sysfs says' % (device_id,
                                                                 device_id))
@@ -449,25 +452,26 @@ class _Scan:
         try:
             return base.expected_partitions(model, mode)
         except exception.InvalidPartitionMode as err:
-            self.warn(os.path.join(fn.path, 'current_compute_partition'),
+            self.warn(os.path.join(fn.path, layout.CURRENT_COMPUTE_PARTITION),
                       str(err))
             return None
 
     def gpu(self, fn: _Function, vfs: tuple[VirtualFunction, ...],
             nodes: list[_KfdNode], cards: dict[int, int]) -> Gpu:
-        compute = self.optional(fn, 'current_compute_partition',
+        compute = self.optional(fn, layout.CURRENT_COMPUTE_PARTITION,
                                 parse.parse_mode, parse.COMPUTE_MODES)
-        memory = self.optional(fn, 'current_memory_partition',
+        memory = self.optional(fn, layout.CURRENT_MEMORY_PARTITION,
                                parse.parse_mode, parse.MEMORY_MODES)
         available_compute = self.optional(
-            fn, 'available_compute_partition', parse.parse_mode_list,
+            fn, layout.AVAILABLE_COMPUTE_PARTITION, parse.parse_mode_list,
             parse.COMPUTE_MODES) or ()
         available_memory = self.optional(
-            fn, 'available_memory_partition', parse.parse_mode_list,
+            fn, layout.AVAILABLE_MEMORY_PARTITION, parse.parse_mode_list,
             parse.MEMORY_MODES) or ()
-        vram_bytes = self.optional(fn, 'mem_info_vram_total', parse.parse_int)
-        unique_id = self.optional(fn, 'unique_id', parse.parse_unique_id)
-        product_name = self.optional(fn, 'product_name', parse.parse_name)
+        vram_bytes = self.optional(fn, layout.MEM_INFO_VRAM_TOTAL,
+                                   parse.parse_int)
+        unique_id = self.optional(fn, layout.UNIQUE_ID, parse.parse_unique_id)
+        product_name = self.optional(fn, layout.PRODUCT_NAME, parse.parse_name)
         partitions = self.partitions(fn, nodes, cards)
         vram_mib = None if vram_bytes is None else vram_bytes // MIB
         if vram_mib is None and partitions:
@@ -476,7 +480,7 @@ class _Scan:
         expected = self.expected_partitions(fn, model, compute)
         compute_units = base.gpu_compute_units(partitions, expected)
         if expected is not None and len(partitions) < expected:
-            self.warn(os.path.join(fn.path, 'current_compute_partition'),
+            self.warn(os.path.join(fn.path, layout.CURRENT_COMPUTE_PARTITION),
                       '%s implies %d partitions but KFD shows %d (%s); a '
                       'partition without DRM minors is not usable' % (
                           compute, expected, len(partitions),
@@ -485,7 +489,7 @@ class _Scan:
         beyond = [p.index for p in partitions
                   if expected is not None and p.index >= expected]
         if beyond and expected is not None:
-            self.warn(os.path.join(fn.path, 'current_compute_partition'),
+            self.warn(os.path.join(fn.path, layout.CURRENT_COMPUTE_PARTITION),
                       '%s implies %d partitions but KFD shows partition(s) '
                       '%s too' % (compute, expected,
                                   ', '.join(map(str, beyond))))
@@ -504,10 +508,10 @@ class _Scan:
             available_memory_partitions=available_memory,
             compute_units=compute_units, vram_mib=vram_mib,
             unique_id=unique_id, product_name=product_name,
-            sriov_totalvfs=self.optional(fn, 'sriov_totalvfs',
+            sriov_totalvfs=self.optional(fn, layout.SRIOV_TOTALVFS,
                                          parse.parse_int, 0, 0xffff),
-            sriov_numvfs=self.optional(fn, 'sriov_numvfs', parse.parse_int,
-                                       0, 0xffff),
+            sriov_numvfs=self.optional(fn, layout.SRIOV_NUMVFS,
+                                       parse.parse_int, 0, 0xffff),
             vfs=vfs, partitions=partitions,
             hive_id=min(hive_ids) if hive_ids else None)
 
@@ -524,7 +528,8 @@ class _Scan:
                 address = pf.virtfns[index]
                 vf = vfs.get(address)
                 if vf is None:
-                    self.warn(os.path.join(pf.path, 'virtfn%d' % index),
+                    self.warn(os.path.join(pf.path, '%s%d' % (
+                        layout.VIRTFN, index)),
                               'points to %s, which is not an AMD GPU '
                               'function in %s' % (address, PCI_DEVICES))
                     continue
@@ -560,8 +565,10 @@ class _Scan:
 
     def vf_index(self, pf: _Function, vf: _Function) -> int | None:
         """VF index from the routing ids, ``sriov_offset``/``_stride``."""
-        offset = self.optional(pf, 'sriov_offset', parse.parse_int, 0, 0xffff)
-        stride = self.optional(pf, 'sriov_stride', parse.parse_int, 1, 0xffff)
+        offset = self.optional(pf, layout.SRIOV_OFFSET, parse.parse_int, 0,
+                               0xffff)
+        stride = self.optional(pf, layout.SRIOV_STRIDE, parse.parse_int, 1,
+                               0xffff)
         if offset is None or stride is None:
             return None
         delta = _routing_id(vf.address) - _routing_id(pf.address) - offset

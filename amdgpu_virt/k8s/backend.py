@@ -5,10 +5,10 @@ The counterpart of the Nova backend for what a GPU role change asks of a
 side (see :mod:`amdgpu_virt.pool.move`): whether Kubernetes offers a GPU
 of a host (the node's ``hami.io/node-amd-register`` lists a healthy device
 whose ``custominfo.pciBDF`` is the GPU's PCI address; every compute
-partition of the GPU shares it) and which pods use it (live pods of the
-node, bound or only chosen by the extender, whose
-``hami.io/amd-devices-allocated`` names one of those devices). It only
-reads the API; offering and withdrawing are the node agent's job.
+partition of the GPU shares it) and who uses it (the one answer of
+:mod:`amdgpu_virt.k8s.consumers`: bound pods, pods the extender chose but
+did not bind yet, and allocated claims). It only reads the API; offering
+and withdrawing are the node agent's job.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from typing import Any
 from oslo_config import cfg
 
 from amdgpu_virt import exception
+from amdgpu_virt.k8s import consumers
 from amdgpu_virt.k8s import pods
 from amdgpu_virt.k8s import schedcache
 from amdgpu_virt.model import PciAddress
@@ -46,68 +47,46 @@ class KubernetesBackend:
             self._api = k8s_client.core_api(self.conf)
         return self._api
 
+    def _node(self, host: str) -> dict[str, Any] | None:
+        try:
+            response = pods.call('GET node %s' % host, self.api.read_node,
+                                 host, _preload_content=False)
+        except exception.KubernetesNotFound:   # a missing node offers nothing
+            return None
+        node: dict[str, Any] = json.loads(response.data)
+        return node
+
     def devices(self, host: str) -> tuple[hami.DeviceInfo, ...]:
         """The usable AMD devices the node registers (none when the node
         or its registration is missing or unreadable).
 
         :raises KubernetesError: the node cannot be read (other than 404).
         """
-        try:
-            response = pods.call('GET node %s' % host,
-                                       self.api.read_node, host,
-                                       _preload_content=False)
-        except exception.KubernetesNotFound:   # a missing node offers nothing
+        node = self._node(host)
+        if node is None:
             return ()
-        entry = schedcache.decode_node(json.loads(response.data),
-                                       self.conf.kubernetes.resource_name)
-        return entry.devices
+        return schedcache.decode_node(
+            node, self.conf.kubernetes.resource_name).devices
 
     def _uuids(self, host: str, address: PciAddress) -> set[str]:
         return {device.id.lower() for device in self.devices(host)
-                if device.custominfo.get(hami.CUSTOMINFO_PCI_BDF) ==
-                str(address)}
+                if consumers.gpu_address(device) == address}
 
     def consumers(self, host: str, address: PciAddress) -> tuple[str, ...]:
-        """``namespace/name`` of the live pods holding the GPU.
+        """The live pods (and claims) holding the GPU, described.
 
         A pod naming a device the node no longer registers (the GPU was
         withdrawn, or the registration is unreadable) may be on this GPU:
         it counts as a consumer (fail closed).
         """
-        registered = self.devices(host)
-        known = {device.id.lower() for device in registered}
-        uuids = {device.id.lower() for device in registered
-                 if device.custominfo.get(hami.CUSTOMINFO_PCI_BDF) ==
-                 str(address)}
-        found: dict[str, Any] = {}
-        for selector in ({'field_selector': 'spec.nodeName=%s' % host},
-                         {'label_selector': '%s=%s' % (hami.VGPU_NODE,
-                                                       host)}):
-            response = pods.call(
-                'LIST pods of node %s' % host,
-                self.api.list_pod_for_all_namespaces,
-                _preload_content=False, **selector)
-            for obj in json.loads(response.data).get('items') or []:
-                found[schedcache.pod_key(obj)] = obj
-        users = set()
-        for key, obj in found.items():
-            entry = schedcache.decode_pod(obj)
-            if entry is None or entry.node != host:
-                continue
-            if entry.problem:   # unreadable: assume it uses the GPU
-                users.add(key)
-                continue
-            if any(device.uuid.lower() in uuids or
-                   device.uuid.lower() not in known
-                   for container in entry.devices for device in container):
-                users.add(key)
-        return tuple(sorted(users))
+        return consumers.ConsumerView(self.api).of_gpu(
+            host, address, self._node(host),
+            self.conf.kubernetes.resource_name)
 
     def is_offered(self, host: str, address: PciAddress) -> bool:
         """The node registers a healthy device of the GPU."""
         return any(device.health for device in self.devices(host)
-                   if device.custominfo.get(hami.CUSTOMINFO_PCI_BDF) ==
-                   str(address))
+                   if consumers.gpu_address(device) == address)
 
     def is_withdrawn(self, host: str, address: PciAddress) -> bool:
         return not self._uuids(host, address)

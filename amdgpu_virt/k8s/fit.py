@@ -6,8 +6,9 @@ semantics:
 * a container asks for ``amd.com/gpu`` GPUs (1 when only ``gpumem`` or
   ``gpucores`` is given), ``amd.com/gpumem`` MiB on each (0 or absent: the
   whole card's memory) and ``amd.com/gpucores`` percent of each GPU's CUs
-  (absent: 100); ``gpucores: 100`` without ``gpumem`` is a whole GPU. Pod
-  limits count; requests are read only when a limit is missing;
+  (absent: 100); ``gpucores: 100`` without ``gpumem`` is a whole GPU. Only
+  container limits count, as in HAMi (Kubernetes requires a limit equal to
+  the request for extended resources); ``amd.com/gpu: 0`` asks for none;
 * a GPU takes a container while it has a free slot (``count`` of the
   registration), the CUs (``percent_to_cus``) and the memory, passes the
   pod's ``amd.com/use-gputype``, ``nouse-gputype``, ``use-gpu-uuid`` and
@@ -27,13 +28,16 @@ semantics:
   little the placement grows the node's expected fragmentation, unless
   the pod names its GPU policy.
 
-"Does not fit" is a readable reason string, never an exception.
+"Does not fit" is a readable reason string, never an exception; the
+filter's :class:`Decision` carries a :class:`FitCode` (kube-scheduler's
+status codes) and gives every node's reason as a coded :class:`NodeReason`.
 """
 
 from __future__ import annotations
 
 import collections
 import dataclasses
+import enum
 import logging
 import operator
 from collections.abc import Callable
@@ -50,8 +54,7 @@ from amdgpu_virt.sharing import packing
 
 LOG = logging.getLogger(__name__)
 
-MANAGED_RESOURCES = (hami.RESOURCE_GPU, hami.RESOURCE_GPUMEM,
-                     hami.RESOURCE_GPUCORES)
+MANAGED_RESOURCES = hami.RESOURCES
 _FORBIDDEN_TEXT = ',:;'
 
 
@@ -182,10 +185,10 @@ def pod_request(pod: Mapping[str, Any],
                     reason='not an object')
             name = str(container.get('name') or '#%d' % number)
             resources = container.get('resources') or {}
-            limits = dict(resources.get('requests') or {}) \
+            limits = (resources.get('limits') or {}) \
                 if isinstance(resources, Mapping) else {}
-            limits.update((resources.get('limits') or {})
-                          if isinstance(resources, Mapping) else {})
+            if not isinstance(limits, Mapping):
+                limits = {}
             where = 'Pod.spec.%s[%s].resources.limits' % (kind, name)
             present = [r for r in MANAGED_RESOURCES if r in limits]
             if not present:
@@ -196,12 +199,13 @@ def pod_request(pod: Mapping[str, Any],
                 if hami.RESOURCE_GPU in limits else 1
             mem = _quantity('%s[%s]' % (where, hami.RESOURCE_GPUMEM),
                             limits.get(hami.RESOURCE_GPUMEM, 0))
-            percent = _quantity('%s[%s]' % (where, hami.RESOURCE_GPUCORES),
-                                limits.get(hami.RESOURCE_GPUCORES, 100))
-            if not 1 <= percent <= 100:
+            field = '%s[%s]' % (where, hami.RESOURCE_GPUCORES)
+            try:
+                percent = hami.parse_percent(
+                    limits.get(hami.RESOURCE_GPUCORES, 100), field)
+            except exception.HamiProtocolError as err:
                 raise exception.ExtenderRequestError(
-                    field='%s[%s]' % (where, hami.RESOURCE_GPUCORES),
-                    reason='%d is not a percentage in 1..100' % percent)
+                    field=field, reason=err.kwargs['reason']) from None
             containers.append(ContainerRequest(name, nums, mem, percent))
     annotations = meta.get('annotations') or {}
     if not isinstance(annotations, Mapping):
@@ -308,12 +312,13 @@ class NodeView:
     frees: tuple[packing.GpuFree, ...] = ()
     idle_gpus: int = 0
     partial_free: float = 0.0
+    #: what a placement depends on, per healthy GPU: equal signatures
+    #: take the same placements at the same cost
+    signature: tuple[tuple[int, ...], ...] = ()
 
 
 def usable_device(device: hami.DeviceInfo) -> str | None:
     """Why a registered device cannot be scheduled on (None: it can)."""
-    if not device.is_amd:
-        return 'type %r is not an AMD device' % device.type
     if not device.id or any(c in device.id for c in _FORBIDDEN_TEXT):
         return 'id %r is empty or holds one of %s' % (device.id,
                                                      _FORBIDDEN_TEXT)
@@ -427,7 +432,10 @@ def build_view(name: str, devices: Sequence[hami.DeviceInfo],
         rank_binpack=(-usage, name), rank_spread=(usage, name),
         healthy=healthy, frees=frees,
         idle_gpus=sum(1 for f in frees if f.idle),
-        partial_free=sum(f.cus for f in frees if not f.idle))
+        partial_free=sum(f.cus for f in frees if not f.idle),
+        signature=tuple((s.usable_cores, s.free_mem, s.used_slots,
+                         s.info.count, s.info.devcore, s.info.devmem,
+                         s.unit, int(s.idle)) for s in healthy))
 
 
 # --- the decision ------------------------------------------------------------
@@ -642,6 +650,26 @@ def placement_usage(view: NodeView, placement: NodeFit) -> float:
     return total / (3 * len(view.gpus))
 
 
+class FitCode(str, enum.Enum):
+    """Outcome codes, as kube-scheduler's framework names them."""
+
+    #: placed on a node
+    SUCCESS = 'Success'
+    #: fits no node now, some node may take it later (busy now)
+    UNSCHEDULABLE = 'Unschedulable'
+    #: no node can ever take it as registered
+    UNRESOLVABLE = 'UnschedulableAndUnresolvable'
+
+
+@dataclasses.dataclass(frozen=True)
+class NodeReason:
+    """Why one node was not chosen, with its code."""
+
+    node: str
+    code: FitCode
+    reason: str
+
+
 class Reasons(Mapping[str, str]):
     """node -> why it was not chosen, for thousands of nodes: the
     ``specific`` reasons, and ``default`` (a text, or a function of the
@@ -699,6 +727,23 @@ class Decision:
     fit: NodeFit | None
     failed: Mapping[str, str]
     unresolvable: Mapping[str, str]
+
+    @property
+    def code(self) -> FitCode:
+        """SUCCESS with a fit; else UNSCHEDULABLE while some node is only
+        busy, UNRESOLVABLE when none can ever take the pod."""
+        if self.fit is not None:
+            return FitCode.SUCCESS
+        return FitCode.UNSCHEDULABLE if self.failed else \
+            FitCode.UNRESOLVABLE
+
+    def reasons(self) -> tuple[NodeReason, ...]:
+        """Every node not chosen, coded, sorted by node name."""
+        coded = [NodeReason(n, FitCode.UNSCHEDULABLE, r)
+                 for n, r in self.failed.items()]
+        coded += [NodeReason(n, FitCode.UNRESOLVABLE, r)
+                  for n, r in self.unresolvable.items()]
+        return tuple(sorted(coded, key=lambda r: (r.node, r.code.value)))
 
 
 def _never_fits(view: NodeView, request: PodRequest) -> str | None:

@@ -3,13 +3,11 @@
 * Offers: each node's registration ``hami.io/node-amd-register``; a GPU
   is offered when an entry with ``custominfo.pciBDF`` = its address is
   healthy (a partitioned GPU has one entry per partition).
-* Consumers: pods (not Succeeded/Failed) whose
-  ``hami.io/amd-devices-allocated`` names a device of the GPU, mapped to
-  the GPU through the registration's ``id`` -> ``pciBDF``. A device the
-  registration no longer lists cannot be mapped; :meth:`consumers` then
-  counts the pod against every GPU of its node (it refuses rather than
-  guesses). Allocated ResourceClaims of the DRA driver count too (see
-  :mod:`amdgpu_virt.k8s.dra.holders`).
+* Consumers: the one answer of :mod:`amdgpu_virt.k8s.consumers` (bound
+  pods, pods the extender chose but did not bind yet, allocated claims),
+  mapped to the GPU through the registration's ``id`` -> ``pciBDF``. A
+  device the registration no longer lists cannot be mapped; the pod then
+  counts against every GPU of its node (it refuses rather than guesses).
 * Withdraw: the ledger ConfigMap gives the GPU no role and the node's
   registration loses its entries (written with the node's
   resourceVersion); offer: the ledger ConfigMap gives the GPU its new
@@ -29,6 +27,7 @@ from typing import Any
 
 from amdgpu_virt import exception
 from amdgpu_virt import ledger as av_ledger
+from amdgpu_virt.k8s import consumers
 from amdgpu_virt.k8s import ledgermap
 from amdgpu_virt.k8s import pods
 from amdgpu_virt.k8s.dra import DEFAULT_DRIVER
@@ -42,7 +41,6 @@ LOG = logging.getLogger(__name__)
 
 SIDE = 'k8s'
 CONFLICT_RETRIES = 5
-_ENDED = ('Succeeded', 'Failed')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,13 +55,8 @@ class NodeView:
     problem: str = ''
 
 
-def gpu_address(info: hami.DeviceInfo) -> PciAddress | None:
-    """The GPU of a registered device (``custominfo.pciBDF``), or None."""
-    raw = info.custominfo.get(hami.CUSTOMINFO_PCI_BDF)
-    try:
-        return PciAddress.parse(str(raw))
-    except exception.InvalidPciAddress:
-        return None
+#: The GPU of a registered device (``custominfo.pciBDF``), or None.
+gpu_address = consumers.gpu_address
 
 
 def node_view(node: Mapping[str, Any]) -> NodeView:
@@ -94,27 +87,6 @@ def node_view(node: Mapping[str, Any]) -> NodeView:
     return NodeView(name, devices, offers)
 
 
-def pod_devices(pod: Mapping[str, Any]) -> tuple[str, ...]:
-    """Device ids a live pod holds (none for ended pods).
-
-    :raises HamiProtocolError: the annotation is malformed.
-    """
-    if (pod.get('status') or {}).get('phase') in _ENDED:
-        return ()
-    value = ((pod.get('metadata') or {}).get('annotations') or {}).get(
-        hami.DEVICES_ALLOCATED)
-    if not value:
-        return ()
-    return tuple(sorted({d.uuid for container in
-                         hami.decode_pod_devices(value)
-                         for d in container}))
-
-
-def _pod_name(pod: Mapping[str, Any]) -> str:
-    meta = pod.get('metadata') or {}
-    return '%s/%s' % (meta.get('namespace', ''), meta.get('name', ''))
-
-
 class KubernetesPool:
     """The Kubernetes side, over a ``kubernetes.client.CoreV1Api``.
 
@@ -122,8 +94,6 @@ class KubernetesPool:
     :param where: the ledger ConfigMap.
     :param ledger: the ledger before the change (the base of the
         ConfigMap content written by :meth:`withdraw` and :meth:`offer`).
-    :param dra_driver: the DRA driver whose allocated ResourceClaims
-        count as consumers.
     """
 
     name = SIDE
@@ -131,10 +101,10 @@ class KubernetesPool:
     def __init__(self, core_api: Any, where: ledgermap.Location,
                  ledger: av_ledger.Ledger | None = None,
                  dra_driver: str = DEFAULT_DRIVER) -> None:
+        self.dra_driver = dra_driver
         self.api = core_api
         self.where = where
         self.ledger = ledger
-        self.dra_driver = dra_driver
         #: what was written or found, for the command to print
         self.notes: list[str] = []
 
@@ -154,31 +124,10 @@ class KubernetesPool:
                              _preload_content=False)
         return list(json.loads(response.data).get('items') or [])
 
-    def _pods(self, node: str | None = None) -> list[dict[str, Any]]:
-        kwargs: dict[str, Any] = {}
-        if node is not None:
-            kwargs['field_selector'] = 'spec.nodeName=%s' % node
-        response = pods.call('LIST pods', self.api.list_pod_for_all_namespaces,
-                             _preload_content=False, **kwargs)
-        return list(json.loads(response.data).get('items') or [])
-
-    def _claims(self) -> list[dict[str, Any]]:
-        """Every ResourceClaim; none on a cluster without DRA (404)."""
-        from kubernetes import client
-
-        resource = client.ResourceV1Api(self.api.api_client)
-        try:
-            response = pods.call(
-                'LIST resourceclaims',
-                resource.list_resource_claim_for_all_namespaces,
-                _preload_content=False)
-        except exception.KubernetesNotFound:
-            return []
-        return list(json.loads(response.data).get('items') or [])
-
-    def _claim_holders(self) -> dict[tuple[str, PciAddress | None],
-                                      set[str]]:
-        return dra_holders.held_gpus(self._claims(), self.dra_driver)
+    def _view(self) -> consumers.ConsumerView:
+        """Pods and the DRA driver's allocated claims."""
+        return consumers.ConsumerView(self.api, [
+            dra_holders.ClaimConsumers(self.api, self.dra_driver)])
 
     def observations(self, hosts: Iterable[str] | None = None
                      ) -> tuple[list[SideObservation], list[str]]:
@@ -197,35 +146,30 @@ class KubernetesPool:
             if view.problem:
                 warnings.append('node %s: %s' % (view.name, view.problem))
             views[view.name] = view
-        users: dict[tuple[str, PciAddress], set[str]] = {}
-        for pod in self._pods():
-            node = str((pod.get('spec') or {}).get('nodeName') or '')
-            if node not in views:
+        users: dict[tuple[str, PciAddress], tuple[str, ...]] = {}
+        everyone = self._view().consumers()
+        for consumer in everyone:
+            seen = views.get(consumer.node)
+            if seen is None:
                 continue
-            try:
-                ids = pod_devices(pod)
-            except exception.HamiProtocolError as err:
-                warnings.append('pod %s: %s' % (_pod_name(pod), err))
-                continue
-            for device in ids:
-                address = views[node].devices.get(device)
-                if address is None:
-                    warnings.append(
-                        'pod %s holds device %s that node %s does not '
-                        'register' % (_pod_name(pod), device, node))
-                    continue
-                users.setdefault((node, address), set()).add(
-                    _pod_name(pod))
-        for (node, address), names in self._claim_holders().items():
-            if node not in views:
-                continue
-            if address is None:
-                warnings.append('%s on node %s name a device of driver %s '
-                                'that maps to no GPU' % (
-                                    ', '.join(sorted(names)), node,
-                                    self.dra_driver))
-                continue
-            users.setdefault((node, address), set()).update(names)
+            if consumer.problem:
+                warnings.append('pod %s: %s' % (consumer.name,
+                                                consumer.problem))
+            known = {d.lower() for d in seen.devices}
+            for device in sorted(consumer.devices - known):
+                warnings.append(
+                    'pod %s holds device %s that node %s does not register '
+                    '(counted as a user of each of its GPUs)' % (
+                        consumer.name, device, consumer.node))
+        for name, view in views.items():
+            registered: dict[str, PciAddress | None] = {
+                d.lower(): a for d, a in view.devices.items()}
+            for address in view.offers:
+                found = consumers.on_gpu(everyone, name, address,
+                                         registered)
+                if found:
+                    users[(name, address)] = tuple(c.describe()
+                                                   for c in found)
         result = []
         keys = {(n, a) for n, v in views.items() for a in v.offers}
         for name, address in sorted(keys | set(users)):
@@ -234,40 +178,15 @@ class KubernetesPool:
             result.append(SideObservation(
                 side=SIDE, host=name, address=address, offered=healthy,
                 capacity=count,
-                consumers=tuple(sorted(users.get((name, address), ()))),
+                consumers=users.get((name, address), ()),
                 detail='%s devices %s' % (name, ','.join(ids) or '-')))
         return result, warnings
 
     # -- the Side protocol of a move ------------------------------------------
 
     def consumers(self, host: str, address: PciAddress) -> tuple[str, ...]:
-        node = self._node(host)
-        view = node_view(node) if node is not None else NodeView(host, {},
-                                                                 {})
-        found = set()
-        for pod in self._pods(host):
-            try:
-                ids = pod_devices(pod)
-            except exception.HamiProtocolError as err:
-                found.add('%s (unreadable %s: %s)' % (
-                    _pod_name(pod), hami.DEVICES_ALLOCATED, err))
-                continue
-            for device in ids:
-                mapped = view.devices.get(device)
-                if mapped == address:
-                    found.add(_pod_name(pod))
-                elif mapped is None:
-                    found.add('%s (device %s not registered: may be this '
-                              'GPU)' % (_pod_name(pod), device))
-        for (claim_node, gpu), names in self._claim_holders().items():
-            if claim_node != host:
-                continue
-            if gpu == address:
-                found.update(names)
-            elif gpu is None:
-                found.update('%s (device of no known GPU: may be this GPU)'
-                             % name for name in names)
-        return tuple(sorted(found))
+        return self._view().of_gpu(host, address,
+                                                       self._node(host))
 
     def _write_ledger(self, ledger: av_ledger.Ledger) -> None:
         if ledgermap.write(self.api, ledger, self.where):

@@ -40,6 +40,7 @@ import json
 import logging
 import operator
 import threading
+from collections.abc import Callable
 from collections.abc import Iterable
 from collections.abc import Mapping
 from collections.abc import Sequence
@@ -56,6 +57,7 @@ LOG = logging.getLogger(__name__)
 DONE_PHASES = ('Succeeded', 'Failed')
 #: buckets of the free-CU index (one per 1/BUCKETS of a GPU)
 BUCKETS = 32
+_MISSING = object()
 _UNKNOWN = ('node unknown to the extender (no such node, or the cache is '
             'not up to date yet)')
 
@@ -165,8 +167,6 @@ def decode_node(obj: Mapping[str, Any],
     usable = []
     seen: set[str] = set()
     for device in devices:
-        if not device.is_amd:
-            continue
         problem = fit.usable_device(device)
         if problem is None and device.id.lower() in seen:
             problem = 'registered twice'
@@ -262,8 +262,8 @@ class ClusterCache:
         #: share bucket or idle GPUs -> free bucket -> node names
         self._shares: _Index = {}
         self._idle: _Index = {}
-        #: (node, request shape) -> (view, its best placement key)
-        self._costs: dict[tuple[str, Any], tuple[Any, Any]] = {}
+        #: (node signature, request shape) -> its best placement's cost
+        self._costs: dict[tuple[Any, Any], Any] = {}
         self._cost_score: packing.Score | None = None
         #: the last candidate names and what they resolved to
         self._names: Sequence[str] | None = None
@@ -615,20 +615,22 @@ class ClusterCache:
         unresolvable = self._unresolvable(request, known, unknown)
         if self.mix is not None and request.node_policy == 'binpack':
             return self._decide_packed(request, known, unresolvable)
-        candidates = {name: None for name in self._candidate_names(request)
-                      if name in known and name not in unresolvable}
         ranks = self._by_spread if request.node_policy == 'spread' \
             else self._by_binpack
         views = self._views
-        if len(candidates) * 8 < len(ranks):
+        if self._candidate_count(request) * 8 < len(ranks):
             rank = operator.attrgetter(
                 'rank_spread' if request.node_policy == 'spread'
                 else 'rank_binpack')
             ordered: Iterable[fit.NodeView] = sorted(
-                (views[name] for name in candidates), key=rank)
+                (views[name] for name in self._candidate_names(request)
+                 if name in known and name not in unresolvable), key=rank)
         else:
+            # many may hold it: down the ranking, skipping by bucket
+            eligible = self._eligible(request)
             ordered = (views[name] for _rank, name in ranks
-                       if name in candidates)
+                       if name in known and name not in unresolvable
+                       and eligible(name))
         failed = self._closed(known)
         for view in ordered:
             result = fit.quick_reject(view, request) or fit.fit_node(
@@ -674,10 +676,38 @@ class ClusterCache:
             known, failed, functools.partial(self._summary_reason, request),
             unresolvable), unresolvable)
 
-    def _candidate_names(self, request: fit.PodRequest) -> Iterable[str]:
-        """Nodes whose buckets may hold ``request``, tightest first."""
+    def _thresholds(self, request: fit.PodRequest) -> tuple[int, int]:
+        """(idle GPUs, share bucket) a node needs to hold ``request``:
+        whole GPUs by idle GPUs, else shares by the free-CU bucket."""
         idle = sum(w.nums for w in request.containers
                    if w.nums and w.exclusive)
+        if idle:
+            return idle, 0
+        need = min((w.percent for w in request.containers if w.nums),
+                   default=100)
+        # percent_to_cus floors: a GPU may take 1 CU less than the percent
+        return 0, max(0, int((need / 100 - 1 / max(1, self._min_devcore))
+                             * BUCKETS))
+
+    def _candidate_count(self, request: fit.PodRequest) -> int:
+        idle, first = self._thresholds(request)
+        if idle:
+            index, low = self._idle, idle
+        else:
+            index, low = self._shares, first
+        return sum(len(names) for key, row in index.items() if key >= low
+                   for names in row.values())
+
+    def _eligible(self, request: fit.PodRequest) -> Callable[[str], bool]:
+        idle, first = self._thresholds(request)
+        buckets = self._bucket_of
+        if idle:
+            return lambda name: name in buckets and buckets[name][1] >= idle
+        return lambda name: name in buckets and buckets[name][0] >= first
+
+    def _candidate_names(self, request: fit.PodRequest) -> Iterable[str]:
+        """Nodes whose buckets may hold ``request``, tightest first."""
+        idle, first = self._thresholds(request)
         if idle:
             for count in sorted(self._idle):
                 if count >= idle:
@@ -685,11 +715,6 @@ class ClusterCache:
                     for free in sorted(row):
                         yield from row[free]
             return
-        need = min((w.percent for w in request.containers if w.nums),
-                   default=100)
-        # percent_to_cus floors: a GPU may take 1 CU less than the percent
-        first = max(0, int((need / 100 - 1 / max(1, self._min_devcore))
-                           * BUCKETS))
         for bucket in range(first, BUCKETS + 1):
             shares = self._shares.get(bucket)
             if shares:
@@ -699,9 +724,10 @@ class ClusterCache:
     @staticmethod
     def _fast_key(score: packing.Score, view: fit.NodeView,
                   want: fit.ContainerRequest) -> Any:
-        """The best placement key of a one-container request on
-        ``view`` from its summary, or None when no GPU holds it."""
-        usage = -view.usage
+        """(fragmentation added, free left) of the best placement of a
+        one-container request on ``view`` from its summary, or None when
+        no GPU holds it (the same for every node of the same
+        signature)."""
         if want.exclusive:
             left = view.idle_gpus - want.nums
             if left < 0:
@@ -709,7 +735,7 @@ class ClusterCache:
             partial = view.partial_free
             cost = score.whole_fragment(left, partial) - \
                 score.whole_fragment(view.idle_gpus, partial)
-            return (round(cost, 9), float(left), usage, view.name)
+            return (round(cost, 9), float(left))
         best = None
         for gpu, free in zip(view.healthy, view.frees, strict=True):
             info = gpu.info
@@ -724,8 +750,7 @@ class ClusterCache:
                 score, free, cus / info.devcore, mem / info.devmem,
                 gpu.used_slots + 1 < info.count, view.idle_gpus,
                 view.partial_free, mem)
-            key = (round(cost, 9), free.cus - cus / info.devcore, usage,
-                   view.name)
+            key = (round(cost, 9), free.cus - cus / info.devcore)
             if best is None or key < best:
                 best = key
         return best
@@ -754,12 +779,15 @@ class ClusterCache:
                 continue
             view = views[name]
             if shape is not None:
-                memo = self._costs.get((name, shape))
-                if memo is not None and memo[0] is view:
-                    key = memo[1]
-                else:
-                    key = self._fast_key(score, view, wants[0])
-                    self._costs[(name, shape)] = (view, key)
+                memo = (view.signature, shape)
+                cost = self._costs.get(memo, _MISSING)
+                if cost is _MISSING:
+                    cost = self._fast_key(score, view, wants[0])
+                    if len(self._costs) > 1 << 16:
+                        self._costs.clear()
+                    self._costs[memo] = cost
+                key = None if cost is None else \
+                    (*cost, -view.usage, view.name)
                 if key is None:
                     failed[name] = fit.quick_reject(view, request) or \
                         'container %r (%s): no GPU holds it' % (

@@ -1,23 +1,46 @@
 """The mutating admission webhook for pods that request AMD GPUs.
 
 :func:`review` is a pure decision on an ``AdmissionReview`` (v1) dict: it
-returns the ``AdmissionReview`` response. For a pod whose containers
-request one of the managed resources (``amd.com/gpu``, ``amd.com/gpumem``,
-``amd.com/gpucores``) it
+returns the ``AdmissionReview`` response. Nothing a pod's owner writes can
+make it skip a rule: HAMi's ``hami.io/webhook: ignore`` label is ignored,
+and the only exemptions are namespaces the administrator lists
+(``[kubernetes] webhook_exempt_namespaces``).
 
+On CREATE, for a pod whose containers request one of the managed resources
+(``amd.com/gpu``, ``amd.com/gpumem``, ``amd.com/gpucores``) or that states
+its needs in ``gpu.amd.com/workload`` (see :mod:`amdgpu_virt.k8s.intent`),
+it
+
+* turns stated needs into container limits with the planner's policy
+  engine (a CU slice, or whole GPUs), records the decision and its reason
+  in ``gpu.amd.com/decision`` and ``gpu.amd.com/decision-reason`` (and an
+  Event), and denies a pod that fits no GPU of the cluster with the
+  tightest reason;
 * denies privileged containers (they see every GPU), a preset
   ``spec.nodeName`` (it would bypass the extender), ``amd.com/gpucores``
   that is not an integer in 1..100, a non-integer ``amd.com/gpu`` or
-  ``amd.com/gpumem``, and environment variables the device plugin owns
-  (``HSA_CU_MASK``, ``ROC_GLOBAL_CU_MASK``, ``HIP_DEVICE_MEMORY_LIMIT*``,
-  ``ROCR_VISIBLE_DEVICES``, ``LD_AUDIT``);
-* in namespaces labelled isolated, denies anything but whole GPUs (CU
-  masks are cooperative, not a security boundary);
-* otherwise sets ``spec.schedulerName`` with an RFC 6902 patch (made with
-  ``jsonpatch``, base64 in the response), as HAMi's webhook does.
+  ``amd.com/gpumem``, a managed resource in requests without a limit,
+  environment variables the device plugin owns (``HSA_CU_MASK``,
+  ``ROC_GLOBAL_CU_MASK``, ``HIP_DEVICE_MEMORY_LIMIT*``,
+  ``ROCR_VISIBLE_DEVICES``, ``LD_AUDIT``) set in ``env``, and ``envFrom``
+  whose prefix could produce one of them (the ConfigMap or Secret may
+  change after admission, so its keys are not trusted);
+* in namespaces labelled isolated, denies anything but whole GPUs (the
+  policy's tenancy rule: CU masks are not a security boundary);
+* denies allocation annotations (``hami.io/amd-devices-*``,
+  ``hami.io/amd-cu-allocated``, ``hami.io/vgpu-*``, ``hami.io/bind-*``) and
+  the webhook's own decision annotations set by the pod's creator;
+* otherwise sets ``spec.schedulerName`` and ``amd.com/gpu: 1`` where a
+  container gives only ``amd.com/gpumem`` or ``amd.com/gpucores`` (HAMi
+  counts a container only when ``amd.com/gpu`` is set), with an RFC 6902
+  patch (made with ``jsonpatch``, base64 in the response).
 
-Objects labelled ``hami.io/webhook: ignore`` are let through untouched.
-Every denial names the container and the field.
+On UPDATE it denies any change of those annotations (or of the
+``hami.io/vgpu-node`` label) by a user who is not one of
+``[kubernetes] webhook_allocation_writers`` (the project's service
+accounts, as ``request.userInfo.username`` names them): a second line
+behind the ValidatingAdmissionPolicy that does the same in the API
+server. Every denial names the container and the field.
 
 :func:`make_server` serves it over HTTP(S) with ``/healthz`` and
 ``/readyz``.
@@ -31,7 +54,6 @@ import dataclasses
 import http.server
 import json
 import logging
-import re
 import ssl
 import threading
 import time
@@ -40,24 +62,24 @@ from collections.abc import Mapping
 from typing import Any
 
 import jsonpatch
+from kubernetes import client as k8s_client_lib
 
 from amdgpu_virt import exception
+from amdgpu_virt.k8s import admission
+from amdgpu_virt.k8s import intent as pod_intent
+from amdgpu_virt.k8s import webhookapi
+from amdgpu_virt.policy import engine as policy_engine
+from amdgpu_virt.sharing import hami
 
 LOG = logging.getLogger(__name__)
 
-GPU = 'amd.com/gpu'
-GPUMEM = 'amd.com/gpumem'
-GPUCORES = 'amd.com/gpucores'
-IGNORE_LABEL = 'hami.io/webhook'
-IGNORE_VALUE = 'ignore'
-#: environment the device plugin sets; a pod setting it could escape its
-#: CU mask or memory limit, or see other GPUs
-RESERVED_ENV = ('HSA_CU_MASK', 'ROC_GLOBAL_CU_MASK', 'ROCR_VISIBLE_DEVICES',
-                'LD_AUDIT')
-RESERVED_ENV_PREFIXES = ('HIP_DEVICE_MEMORY_LIMIT',)
-_INTEGER = re.compile(r'^\+?[0-9]+$')
-
+#: The project's service accounts in the default release namespace.
+DEFAULT_ALLOCATION_WRITERS = (
+    'system:serviceaccount:amdgpu-virt:amdgpu-virt-scheduler',
+    'system:serviceaccount:amdgpu-virt:amdgpu-virt-node')
 NamespaceLabels = Callable[[str], Mapping[str, str]]
+#: (namespace, pod name, message): records a decision as an Event.
+EventSink = Callable[[str, str, str, str], None]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,11 +89,18 @@ class WebhookPolicy:
     :param scheduler_name: set as ``spec.schedulerName``.
     :param managed_resources: resources that make a pod ours.
     :param isolated_label: (key, value) of isolated namespaces.
+    :param exempt_namespaces: namespaces the webhook lets through untouched
+        (an administrator's choice; nothing in a pod can exempt it).
+    :param allocation_writers: users (``request.userInfo.username``) who
+        may set or change the allocation annotations.
     """
 
     scheduler_name: str = 'amdgpu-virt-scheduler'
-    managed_resources: tuple[str, ...] = (GPU, GPUMEM, GPUCORES)
+    managed_resources: tuple[str, ...] = hami.RESOURCES
     isolated_label: tuple[str, str] = ('amdgpu-virt.io/tenancy', 'isolated')
+    exempt_namespaces: frozenset[str] = frozenset()
+    allocation_writers: frozenset[str] = frozenset(
+        DEFAULT_ALLOCATION_WRITERS)
 
     @classmethod
     def from_conf(cls, conf: Any) -> WebhookPolicy:
@@ -88,92 +117,11 @@ class WebhookPolicy:
                 % group.isolated_namespace_label)
         return cls(scheduler_name=group.scheduler_name,
                    managed_resources=tuple(group.webhook_managed_resources),
-                   isolated_label=(key, value))
-
-
-def _containers(spec: Mapping[str, Any]) -> list[tuple[str, dict[str, Any]]]:
-    """(JSON path, container) of init containers then containers."""
-    found: list[tuple[str, dict[str, Any]]] = []
-    for field in ('initContainers', 'containers'):
-        items = spec.get(field) or []
-        if isinstance(items, list):
-            found.extend(('spec.%s[%d]' % (field, n), c)
-                         for n, c in enumerate(items) if isinstance(c, dict))
-    return found
-
-
-def _resources(container: Mapping[str, Any]
-               ) -> dict[str, tuple[str, Any]]:
-    """resource -> (field path, value) over limits then requests."""
-    found: dict[str, tuple[str, Any]] = {}
-    resources = container.get('resources') or {}
-    if not isinstance(resources, dict):
-        return found
-    for kind in ('requests', 'limits'):
-        values = resources.get(kind) or {}
-        if isinstance(values, dict):
-            for name, value in values.items():
-                found[name] = ('resources.%s[%s]' % (kind, name), value)
-    return found
-
-
-def _integer(value: Any) -> int | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, str) and _INTEGER.match(value.strip()):
-        return int(value.strip())
-    return None
-
-
-def _container_problems(where: str, container: Mapping[str, Any],
-                        requested: dict[str, tuple[str, Any]],
-                        isolated: str | None) -> list[str]:
-    name = container.get('name', '?')
-    label = 'container %r (%s)' % (name, where)
-    problems = []
-    security = container.get('securityContext') or {}
-    if requested and isinstance(security, dict) and \
-            security.get('privileged') is True:
-        problems.append(
-            '%s: securityContext.privileged: a privileged container sees '
-            'every GPU of the node, so it may not request %s'
-            % (label, ', '.join(sorted(requested))))
-    for resource in (GPU, GPUMEM):
-        if resource in requested:
-            field, value = requested[resource]
-            number = _integer(value)
-            if number is None or number < 0:
-                problems.append('%s: %s: %r is not a non-negative integer'
-                                % (label, field, value))
-    cores = None
-    if GPUCORES in requested:
-        field, value = requested[GPUCORES]
-        cores = _integer(value)
-        if cores is None or not 1 <= cores <= 100:
-            problems.append('%s: %s: %r is not an integer percentage in '
-                            '1..100' % (label, field, value))
-    if isolated is not None:
-        if cores is not None and cores < 100:
-            problems.append('%s: %s: %d%% of a GPU, but %s only gets '
-                            'whole GPUs' % (label, requested[GPUCORES][0],
-                                            cores, isolated))
-        if GPUMEM in requested and _integer(requested[GPUMEM][1]) != 0:
-            problems.append('%s: %s: a memory share, but %s only gets '
-                            'whole GPUs' % (label, requested[GPUMEM][0],
-                                            isolated))
-    env = container.get('env') or []
-    if isinstance(env, list):
-        for n, var in enumerate(env):
-            var_name = str(var.get('name', '')) if isinstance(
-                var, dict) else ''
-            if var_name in RESERVED_ENV or var_name.startswith(
-                    RESERVED_ENV_PREFIXES):
-                problems.append('%s: env[%d] (%s): set by the GPU device '
-                                'plugin, a pod may not set it itself'
-                                % (label, n, var_name))
-    return problems
+                   isolated_label=(key, value),
+                   exempt_namespaces=frozenset(
+                       group.webhook_exempt_namespaces),
+                   allocation_writers=frozenset(
+                       group.webhook_allocation_writers))
 
 
 def _response(uid: str, allowed: bool, message: str | None = None,
@@ -191,14 +139,18 @@ def _response(uid: str, allowed: bool, message: str | None = None,
 
 
 def review(admission_review: Mapping[str, Any], policy: WebhookPolicy,
-           namespace_labels: Mapping[str, str] | None = None
-           ) -> dict[str, Any]:
+           namespace_labels: Mapping[str, str] | None = None,
+           intent: admission.IntentPolicy | None = None,
+           events: EventSink | None = None) -> dict[str, Any]:
     """Decide on one AdmissionReview.
 
     :param admission_review: the ``admission.k8s.io/v1`` AdmissionReview.
     :param policy: what to enforce.
     :param namespace_labels: labels of the pod's namespace (None: unknown,
         treated as not isolated).
+    :param intent: the policy that turns ``gpu.amd.com/workload`` into
+        resources (None: such pods are denied).
+    :param events: records an intent decision (not on dry runs).
     :returns: the AdmissionReview carrying the response.
     :raises AdmissionReviewError: the review is malformed (naming the
         field).
@@ -217,57 +169,123 @@ def review(admission_review: Mapping[str, Any], policy: WebhookPolicy,
     kind_field = request.get('kind') or {}
     kind = kind_field.get('kind') if isinstance(kind_field, Mapping) \
         else None
-    pod = request.get('object')
-    if kind != 'Pod' or request.get('operation', 'CREATE') != 'CREATE':
+    operation = request.get('operation', 'CREATE')
+    if kind != 'Pod' or operation not in ('CREATE', 'UPDATE'):
         return _response(uid, True)
+    pod = request.get('object')
     if not isinstance(pod, Mapping):
         raise exception.AdmissionReviewError(field='request.object',
                                              reason='missing pod')
-    metadata = pod.get('metadata') or {}
-    if not isinstance(metadata, Mapping):
-        raise exception.AdmissionReviewError(
-            field='request.object.metadata', reason='not an object')
-    labels = metadata.get('labels') or {}
-    if not isinstance(labels, Mapping):
-        raise exception.AdmissionReviewError(
-            field='request.object.metadata.labels', reason='not an object')
-    if labels.get(IGNORE_LABEL) == IGNORE_VALUE:
-        return _response(uid, True)
-    spec = pod.get('spec') or {}
-    if not isinstance(spec, Mapping):
-        raise exception.AdmissionReviewError(field='request.object.spec',
-                                             reason='not an object')
-    containers = _containers(spec)
-    managed = set(policy.managed_resources)
-    wanted = {where: {k: v for k, v in _resources(c).items() if k in managed}
-              for where, c in containers}
-    if not any(wanted.values()):
-        return _response(uid, True)
+    metadata = admission.mapping(pod.get('metadata'),
+                                 'request.object.metadata')
+    admission.mapping(metadata.get('labels'),
+                      'request.object.metadata.labels')
+    annotations = admission.mapping(metadata.get('annotations'),
+                           'request.object.metadata.annotations')
     namespace = request.get('namespace') or metadata.get('namespace', '')
+    name = metadata.get('name') or metadata.get('generateName', '?')
+    if namespace in policy.exempt_namespaces:
+        LOG.debug('pod %s/%s: namespace exempt from GPU admission',
+                  namespace, name)
+        return _response(uid, True)
+    user = admission.username(request)
+    writer = user in policy.allocation_writers
+    if operation == 'UPDATE':
+        old = request.get('oldObject')
+        if not isinstance(old, Mapping):
+            raise exception.AdmissionReviewError(field='request.oldObject',
+                                                 reason='missing pod')
+        changed = [] if writer else admission.protected_changes(old, pod)
+        if changed:
+            message = ('pod %s/%s denied: %s: only the GPU scheduler and '
+                       'device plugin may change these, not %s' % (
+                           namespace, name, ', '.join(changed),
+                           user or 'an unnamed user'))
+            LOG.info('%s', message)
+            return _response(uid, False, message)
+        return _response(uid, True)
+    spec = admission.mapping(pod.get('spec'), 'request.object.spec')
+    problems: list[str] = []
+    if not writer:
+        preset = ['metadata.annotations[%s]' % k
+                  for k in hami.ALLOCATION_ANNOTATIONS if k in annotations]
+        labels = metadata.get('labels') or {}
+        if hami.VGPU_NODE in labels:
+            preset.append('metadata.labels[%s]' % hami.VGPU_NODE)
+        if preset:
+            problems.append('%s: allocation state is written by the GPU '
+                            'scheduler only, not by %s' % (
+                                ', '.join(preset), user or 'the creator'))
     isolated = None
     key, value = policy.isolated_label
     if namespace_labels is not None and namespace_labels.get(key) == value:
         isolated = 'namespace %r (labelled %s=%s)' % (namespace, key, value)
-    problems = []
+    mutated = copy.deepcopy(dict(pod))
+    decision = admission.apply_intent(mutated, namespace, name, isolated,
+                                      intent, problems)
+    mspec = mutated.get('spec') or {}
+    containers = admission.containers(mspec)
+    managed = set(policy.managed_resources)
+    wanted = {where: tuple(
+        {k: v for k, v in admission.resources(c, kind).items()
+         if k in managed} for kind in ('limits', 'requests'))
+        for where, c in containers}
+    claim = intent is not None and intent.dra and decision is not None
+    if claim:
+        # the container given the claim is a GPU container like any other
+        for where, container in containers:
+            uses = (container.get('resources') or {}).get('claims') or []
+            if any(isinstance(u, dict) and u.get('name') ==
+                   pod_intent.CLAIM_NAME for u in uses):
+                wanted[where][0]['resourceClaim %s' % pod_intent.CLAIM_NAME
+                                 ] = ('resources.claims', None)
+    if not problems and not claim and \
+            not any(lim or req for lim, req in wanted.values()):
+        return _response(uid, True)
     if spec.get('nodeName'):
         problems.append(
             'spec.nodeName: preset to %r, but pods requesting AMD GPU '
             'resources must be placed by scheduler %r' % (spec['nodeName'],
                                                policy.scheduler_name))
     for where, container in containers:
-        problems.extend(_container_problems(where, container, wanted[where],
-                                            isolated))
-    name = metadata.get('name') or metadata.get('generateName', '?')
+        limits, requests = wanted[where]
+        problems.extend(admission.container_problems(
+            where, container, limits, requests, isolated))
     if problems:
         message = 'pod %s/%s denied: %s' % (namespace, name,
                                             '; '.join(problems))
         LOG.info('%s', message)
         return _response(uid, False, message)
-    if spec.get('schedulerName') == policy.scheduler_name:
-        return _response(uid, True)
-    mutated = copy.deepcopy(dict(pod))
-    mutated.setdefault('spec', {})['schedulerName'] = policy.scheduler_name
+    hami_pod = False
+    for _where, container in containers:
+        given = (container.get('resources') or {}).get('limits') or {}
+        if any(r in given for r in managed):
+            hami_pod = True
+        if hami.RESOURCE_GPU not in given and any(
+                r in given for r in hami.RESOURCES):
+            given[hami.RESOURCE_GPU] = '1'
+    if hami_pod:
+        mutated.setdefault('spec', {})['schedulerName'] = \
+            policy.scheduler_name
+    if claim and decision is not None and intent is not None and \
+            intent.templates is not None and not request.get('dryRun'):
+        template = pod_intent.claim_template(decision)
+        try:
+            intent.templates(namespace, template)
+        except exception.AmdgpuVirtError as err:
+            message = ('pod %s/%s denied: ResourceClaimTemplate %s/%s could '
+                       'not be written: %s' % (
+                           namespace, name, namespace,
+                           template['metadata']['name'], err))
+            LOG.warning('%s', message)
+            return _response(uid, False, message)
     patch = jsonpatch.make_patch(dict(pod), mutated).patch
+    if decision is not None:
+        LOG.info('pod %s/%s: %s', namespace, name, decision.reason)
+        if events is not None and not request.get('dryRun'):
+            events(namespace, str(name), uid, decision.reason)
+    if not patch:
+        return _response(uid, True)
     LOG.info('pod %s/%s: schedulerName set to %s', namespace, name,
              policy.scheduler_name)
     return _response(uid, True, patch=patch)
@@ -319,7 +337,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                         str(uid), False, 'namespace %r: labels unreadable '
                         '(%s); cannot check GPU tenancy' % (namespace, err)))
                     return
-            self._send(200, review(body, self.server.policy, labels))
+            self._send(200, review(body, self.server.policy, labels,
+                                   self.server.intent, self.server.events))
         except (ValueError, exception.AdmissionReviewError) as err:
             self._send(400, {'error': str(err)})
         except Exception as err:  # answer rather than drop the connection
@@ -331,11 +350,15 @@ class _WebhookServer(http.server.ThreadingHTTPServer):
     daemon_threads = True
     policy: WebhookPolicy
     namespace_labels: NamespaceLabels | None
+    intent: admission.IntentPolicy | None
+    events: EventSink | None
 
 
 def make_server(policy: WebhookPolicy, host: str = '127.0.0.1',
                 port: int = 0,
                 namespace_labels: NamespaceLabels | None = None,
+                intent: admission.IntentPolicy | None = None,
+                events: EventSink | None = None,
                 cert_file: str | None = None,
                 key_file: str | None = None) -> _WebhookServer:
     """An HTTP(S) server for ``POST /webhook``; call ``serve_forever``.
@@ -343,10 +366,15 @@ def make_server(policy: WebhookPolicy, host: str = '127.0.0.1',
     :param namespace_labels: namespace name -> labels (e.g.
         :class:`NamespaceLabelCache`); None treats no namespace as
         isolated.
+    :param intent: turns ``gpu.amd.com/workload`` into resources (None:
+        such pods are denied).
+    :param events: records intent decisions as Events.
     """
     server = _WebhookServer((host, port), _Handler)
     server.policy = policy
     server.namespace_labels = namespace_labels
+    server.intent = intent
+    server.events = events
     if cert_file:
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.load_cert_chain(cert_file, key_file)
@@ -397,6 +425,14 @@ def from_conf(conf: Any, core_api: Any | None = None) -> _WebhookServer:
             WebhookPolicy.from_conf(conf), host=group.webhook_host,
             port=group.webhook_port,
             namespace_labels=NamespaceLabelCache(core_api),
+            intent=admission.IntentPolicy(
+                policy_engine.Engine(conf),
+                webhookapi.ClusterModels(core_api),
+                dra=group.webhook_dra_claims,
+                templates=webhookapi.ClaimTemplates(
+                    k8s_client_lib.ResourceV1Api(
+                        getattr(core_api, 'api_client', None)))),
+            events=webhookapi.EventRecorder(core_api),
             cert_file=group.webhook_cert_file,
             key_file=group.webhook_key_file)
     except (OSError, ssl.SSLError) as err:

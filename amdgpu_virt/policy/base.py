@@ -59,6 +59,14 @@ class Candidate:
     in_role: int
     unverified: bool = False
 
+    def profile(self) -> tuple[object, ...]:
+        """What a weigher with :attr:`PolicyWeigher.by_profile` may read:
+        everything but the host's name and the GPUs' addresses (their
+        number stays)."""
+        return (self.kind, self.model.name, len(self.addresses),
+                self.numa_nodes, self.unit_cus, self.unit_mib, self.in_role,
+                self.unverified)
+
 
 class PolicyFilter(abc.ABC):
     """Allows or excludes a kind for a workload.
@@ -109,6 +117,10 @@ class PolicyWeigher(abc.ABC):
     name = ''
     #: ``[policy]`` option holding this weigher's multiplier
     multiplier_option = ''
+    #: the score depends only on the workload's shape and the candidate's
+    #: :meth:`Candidate.profile`, so the engine may reuse it for another
+    #: candidate of the same profile (the planner's hot path)
+    by_profile = False
 
     def __init__(self, conf: cfg.ConfigOpts) -> None:
         self.conf = conf

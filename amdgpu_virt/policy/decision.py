@@ -26,7 +26,7 @@ class Code(str, enum.Enum):
     INVALID = 'invalid'
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class Verdict:
     """One rule's answer for one kind (and model, when it matters).
 
@@ -55,7 +55,7 @@ class Verdict:
                 'message': self.message}
 
 
-@dataclasses.dataclass(frozen=True, order=True)
+@dataclasses.dataclass(frozen=True, order=True, slots=True)
 class Grant:
     """What a workload holds on one GPU.
 
@@ -135,7 +135,7 @@ def _span(start: int, end: int) -> str:
     return str(start) if start == end else '%d-%d' % (start, end)
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class Decision:
     """The outcome for one workload."""
 

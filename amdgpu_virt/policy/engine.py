@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
@@ -61,9 +62,15 @@ class Scored:
     parts: tuple[tuple[str, float, float], ...]
 
     def explain(self) -> str:
-        return '%.2f = %s' % (self.score, ' + '.join(
-            '%s %.2f x %g' % (name, raw, mult)
-            for name, raw, mult in self.parts) or 'no weighers')
+        return _explain(self.score, self.parts)
+
+
+@functools.lru_cache(maxsize=4096)
+def _explain(score: float, parts: tuple[tuple[str, float, float], ...]
+             ) -> str:
+    return '%.2f = %s' % (score, ' + '.join(
+        '%s %.2f x %g' % (name, raw, mult)
+        for name, raw, mult in parts) or 'no weighers')
 
 
 class Engine:
@@ -87,6 +94,10 @@ class Engine:
             f for f in self.filters
             if type(f).gpu_refusal is not base.PolicyFilter.gpu_refusal]
         self._cache: dict[Any, Judgement] = {}
+        #: scores per (workload shape, candidate profile), when every
+        #: weigher reads only those
+        self._scores: dict[Any, tuple[float, Any]] | None = (
+            {} if all(w.by_profile for w in self.weighers) else None)
         with _naming_option('[sharing] cu_strategy'):
             self.cu_strategy: cu_allocator.CuStrategy = plugins.load_driver(
                 STRATEGY_NAMESPACE, conf.sharing.cu_strategy)
@@ -170,10 +181,18 @@ class Engine:
 
     def score(self, workload: Workload,
               candidate: base.Candidate) -> Scored:
+        cache = self._scores
+        if cache is not None:
+            key = (workload.shape(), candidate.profile())
+            hit = cache.get(key)
+            if hit is not None:
+                return Scored(candidate, hit[0], hit[1])
         parts = tuple((w.name, w.score(workload, candidate), w.multiplier)
                       for w in self.weighers)
-        return Scored(candidate, sum(raw * mult for _n, raw, mult in parts),
-                      parts)
+        total = sum(raw * mult for _n, raw, mult in parts)
+        if cache is not None:
+            cache[key] = (total, parts)
+        return Scored(candidate, total, parts)
 
     def rank(self, workload: Workload,
              candidates: Sequence[base.Candidate]) -> list[Scored]:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from sortedcontainers import SortedList
+
 from amdgpu_virt import catalog
 from amdgpu_virt.model import Driver
 from amdgpu_virt.model import Gpu
@@ -154,7 +156,8 @@ class GpuState:
 class HostState:
     """One host: its GPUs and the driver families it runs."""
 
-    __slots__ = ('name', 'inventory', 'gpus', 'families')
+    __slots__ = ('name', 'inventory', 'gpus', 'families',
+                 'native_families')
 
     def __init__(self, inventory: HostInventory) -> None:
         self.name = inventory.hostname
@@ -167,6 +170,8 @@ class HostState:
                 self.families.add(family)
         if inventory.gim_version:
             self.families.add(GIM)
+        #: the families of the drivers the inventory found
+        self.native_families = frozenset(self.families)
 
     @property
     def family_key(self) -> str:
@@ -187,6 +192,8 @@ class FreeIndex:
         self.keys: dict[str, str] = {}
         self.max_count = 0
         self.counts: dict[str, int] = {}
+        #: models with a free list, per host (so a rekey is per host)
+        self.models: dict[str, dict[str, None]] = {}
 
     def _bucket(self, model: str, key: str, count: int) -> dict[str, None]:
         return self.buckets.setdefault((model, key), {}).setdefault(count,
@@ -197,6 +204,7 @@ class FreeIndex:
         key = self.keys.setdefault(host.name, host.family_key)
         self.hosts[host.name] = host
         lst = self.free.setdefault((host.name, gpu.model.name), [])
+        self.models.setdefault(host.name, {})[gpu.model.name] = None
         if lst:
             self._bucket(gpu.model.name, key, len(lst)).pop(host.name, None)
         lst.append(gpu)
@@ -222,8 +230,10 @@ class FreeIndex:
         if old is None or old == new:
             return
         self.keys[host.name] = new
-        for (name, model), lst in self.free.items():
-            if name == host.name and lst:
+        name = host.name
+        for model in self.models.get(name, ()):
+            lst = self.free[(name, model)]
+            if lst:
                 self._bucket(model, old, len(lst)).pop(name, None)
                 self._bucket(model, new, len(lst))[name] = None
 
@@ -275,3 +285,56 @@ class BucketIndex:
 
     def __len__(self) -> int:
         return len(self.where)
+
+
+class PoolIndex:
+    """Shareable devices ordered by balanced free capacity, then free
+    memory, then the least recently changed.
+
+    The balanced value of a device is the smaller of its free CUs and its
+    free memory counted in CUs (rounded up); a request of ``cus`` CUs and
+    ``mib`` MiB whose balanced size is ``need`` fits every device of a
+    larger value, and those of value ``need`` with at least ``mib`` free,
+    so :meth:`fitting` skips every device that cannot take it without
+    looking at it (a scan from ``need`` of devices a few MiB short would
+    otherwise grow with the fleet).
+    """
+
+    def __init__(self) -> None:
+        self._items: SortedList = SortedList()
+        self._where: dict[Pool, tuple[int, int, int]] = {}
+        self._seq = 0
+        #: the largest balanced value indexed
+        self.top = 0
+
+    def put(self, pool: Pool, value: int) -> None:
+        """Index ``pool`` at balanced ``value`` (0: not at all); a device
+        whose value and free memory are unchanged keeps its place."""
+        old = self._where.get(pool)
+        if old is not None and old[0] == value and old[1] == pool.mem_free:
+            return
+        if old is not None:
+            del self._where[pool]
+            self._items.remove((old, pool))
+        if value > 0:
+            self._seq += 1
+            key = (value, pool.mem_free, self._seq)
+            self._where[pool] = key
+            self._items.add((key, pool))
+            self.top = max(self.top, value)
+
+    def fitting(self, need: int, mib: int) -> Iterator[Pool]:
+        """Devices of balanced value >= ``need`` with >= ``mib`` MiB free
+        at value ``need``: best fit first."""
+        start = self._items.bisect_left(((need, mib, 0),))
+        for _key, pool in self._items.islice(start):
+            yield pool
+
+    def largest(self) -> int:
+        """The largest balanced value now indexed (0 when empty)."""
+        if not self._items:
+            return 0
+        return int(self._items[-1][0][0])
+
+    def __len__(self) -> int:
+        return len(self._where)

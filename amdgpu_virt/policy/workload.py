@@ -7,7 +7,8 @@ A workload is written in YAML (or built in Python) as::
     tenancy: isolated       # isolated | trusted
     gpus: 4                 # GPUs (or VFs, or CU slices on distinct GPUs)
     memory: whole           # per GPU: 24GiB, 30 GB, 4096MiB, or whole
-    compute: whole          # per GPU: CUs (76), a percentage ("25%"), whole
+    compute: whole          # per GPU: CUs (76), a whole percentage ("25%"),
+                            # or whole
     p2p: true               # needs GPU peer-to-peer DMA between its GPUs
     sensitivity: high       # interference sensitivity: low | medium | high
     model: MI300X           # optional: a model name or a list of them
@@ -31,6 +32,7 @@ from amdgpu_virt import catalog
 from amdgpu_virt import exception
 from amdgpu_virt import yamlutil
 from amdgpu_virt.model import GpuModel
+from amdgpu_virt.sharing import hami
 
 MAX_GPUS = 64
 #: The largest per-GPU memory a spec may ask for (1 TiB).
@@ -86,7 +88,7 @@ class Workload:
     gpus: int = 1
     memory_mib: int | None = None
     cus: int | None = None
-    percent: float | None = None
+    percent: int | None = None
     p2p: bool = False
     sensitivity: Sensitivity = Sensitivity.MEDIUM
     models: tuple[str, ...] = ()
@@ -117,14 +119,19 @@ class Workload:
     def cus_on(self, model: GpuModel) -> int:
         """CUs per GPU on ``model``.
 
-        A percentage follows HAMi: ``floor(pct * total / 100)`` clamped to
-        ``[1, total]``, of the whole physical GPU.
+        A percentage is converted as the extender does
+        (:func:`amdgpu_virt.sharing.hami.percent_to_cus`: HAMi's
+        ``floor(pct * total / 100)`` clamped to ``[1, total]``, in whole
+        allocation units of the model), of the whole physical GPU.
         """
         total = model.compute_units or 0
         if self.cus is not None:
             return self.cus
         if self.percent is not None:
-            return max(1, min(total, int(self.percent * total // 100)))
+            if total <= 0:
+                return 0
+            return hami.percent_to_cus(self.percent, total,
+                                       model.cu_alloc_unit)
         return total
 
     def memory_on(self, model: GpuModel) -> int:
@@ -162,7 +169,7 @@ class Workload:
         if self.cus is not None:
             return '%d CUs' % self.cus
         if self.percent is not None:
-            return '%g%% of the CUs' % self.percent
+            return '%d%% of the CUs' % self.percent
         return 'all CUs'
 
     def describe_memory(self) -> str:
@@ -177,7 +184,7 @@ class Workload:
             'memory': WHOLE if self.memory_mib is None
             else '%dMiB' % self.memory_mib,
             'compute': (self.cus if self.cus is not None else
-                        '%g%%' % self.percent if self.percent is not None
+                        '%d%%' % self.percent if self.percent is not None
                         else WHOLE),
             'p2p': self.p2p, 'sensitivity': self.sensitivity.value,
             'priority': self.priority}
@@ -206,9 +213,12 @@ def _check(w: Workload) -> list[str]:
         problems.append('compute: %r CUs is out of range; allowed: 1..%d '
                         'CUs, a percentage 1%%..100%%, or "whole"'
                         % (w.cus, MAX_CUS))
-    if w.percent is not None and not 0 < w.percent <= 100:
-        problems.append('compute: %g%% is out of range; allowed: a '
-                        'percentage above 0%% up to 100%%' % w.percent)
+    if w.percent is not None:
+        try:
+            hami.parse_percent(w.percent, 'compute')
+        except exception.HamiProtocolError:
+            problems.append('compute: %r%% is out of range; allowed: a '
+                            'whole percentage 1%%..100%%' % (w.percent,))
     if w.cus is not None and w.percent is not None:
         problems.append('compute: give CUs or a percentage, not both')
     if w.numa_node is not None and not 0 <= w.numa_node <= 63:
@@ -253,8 +263,11 @@ def parse_memory(value: Any) -> int | None:
     return int(float(match['num']) * UNITS[unit])
 
 
-def parse_compute(value: Any) -> tuple[int | None, float | None]:
+def parse_compute(value: Any) -> tuple[int | None, int | None]:
     """(CUs, percent) from ``76``, ``"25%"`` or ``whole``.
+
+    Percentages are whole, 1..100, as ``amd.com/gpucores`` (checked by
+    :func:`amdgpu_virt.sharing.hami.parse_percent`).
 
     :raises ValueError: with the reason.
     """
@@ -267,7 +280,12 @@ def parse_compute(value: Any) -> tuple[int | None, float | None]:
             return None, None
         match = _PCT_RE.match(value)
         if match is not None:
-            return None, float(match['num'])
+            try:
+                return None, hami.parse_percent(match['num'] + '%',
+                                                'compute')
+            except exception.HamiProtocolError:
+                raise ValueError('%r is not a whole percentage in '
+                                 '1%%..100%%' % value) from None
         if value.strip().isdigit():
             return int(value), None
     raise ValueError('%r is neither a CU count nor a percentage' % (value,))
@@ -337,7 +355,7 @@ def from_dict(raw: Any, where: str = 'workload') -> Workload:
         problems.append('memory: %s; allowed: a number with a unit (%s), '
                         'an integer (MiB) or "whole"' % (err, _UNIT_NAMES))
     cus: int | None = None
-    percent: float | None = None
+    percent: int | None = None
     try:
         cus, percent = parse_compute(raw.get('compute', WHOLE))
     except ValueError as err:

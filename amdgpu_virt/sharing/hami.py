@@ -50,6 +50,8 @@ RESOURCE_GPU = 'amd.com/gpu'
 RESOURCE_GPUMEM = 'amd.com/gpumem'
 #: Percent of the GPU's CUs, 1..100; absent = 100.
 RESOURCE_GPUCORES = 'amd.com/gpucores'
+#: The three, in HAMi's order (count, memory, cores).
+RESOURCES = (RESOURCE_GPU, RESOURCE_GPUMEM, RESOURCE_GPUCORES)
 
 # --- node annotations --------------------------------------------------------
 
@@ -74,9 +76,17 @@ USE_GPU_UUID = 'amd.com/use-gpu-uuid'
 NOUSE_GPU_UUID = 'amd.com/nouse-gpu-uuid'
 NODE_SCHEDULER_POLICY = 'hami.io/node-scheduler-policy'
 GPU_SCHEDULER_POLICY = 'hami.io/gpu-scheduler-policy'
-#: Label (and its value) that makes HAMi's webhook skip an object.
+#: Label (and its value) that makes HAMi's webhook skip an object. The
+#: label is set by the pod's owner, so our webhook deliberately ignores it:
+#: admission exemptions are by namespace only (an administrator's choice).
 WEBHOOK_LABEL = 'hami.io/webhook'
 WEBHOOK_IGNORE = 'ignore'
+#: Pod annotations that record an allocation: only the scheduler and the
+#: device plugin write them (a pod owner who could would claim GPUs it was
+#: never given or make its CUs look free).
+ALLOCATION_ANNOTATIONS = (DEVICES_TO_ALLOCATE, DEVICES_ALLOCATED,
+                          CU_ALLOCATED, VGPU_NODE, VGPU_TIME, BIND_PHASE,
+                          BIND_TIME)
 
 NODE_SCHEDULER_POLICIES = ('binpack', 'spread')
 DEFAULT_NODE_SCHEDULER_POLICY = 'binpack'
@@ -93,6 +103,14 @@ ENV_HSA_CU_MASK = cumask.HSA_CU_MASK
 ENV_HIP_DEVICE_MEMORY_LIMIT = 'HIP_DEVICE_MEMORY_LIMIT'
 ENV_LD_AUDIT = 'LD_AUDIT'
 LD_AUDIT_LIBRARY = '/usr/local/vgpu/libamvgpu.so'
+ENV_ROC_GLOBAL_CU_MASK = cumask.ROC_GLOBAL_CU_MASK
+#: Environment the device plugin sets (or that would override what it
+#: sets): a container setting one itself could escape its CU mask or
+#: memory limit, or see other GPUs.
+PLUGIN_ENV = (ENV_HSA_CU_MASK, ENV_ROC_GLOBAL_CU_MASK,
+              ENV_ROCR_VISIBLE_DEVICES, ENV_LD_AUDIT)
+#: ... and every variable starting with one of these.
+PLUGIN_ENV_PREFIXES = (ENV_HIP_DEVICE_MEMORY_LIMIT,)
 
 # --- defaults ----------------------------------------------------------------
 
@@ -100,7 +118,10 @@ LD_AUDIT_LIBRARY = '/usr/local/vgpu/libamvgpu.so'
 DEFAULT_SHARE_COUNT = 10
 #: ``mode`` of a legacy 7-field registration entry.
 DEFAULT_MODE = 'hami-core'
-#: The scheduler matches AMD devices by this word in ``type`` (any case).
+#: Older HAMi schedulers matched AMD devices by this word in ``type``
+#: (current ones take every device of ``hami.io/node-amd-register`` as AMD,
+#: whatever its type, and so does our extender); the node agent still puts
+#: it in the types it registers, for the older ones.
 AMD_TYPE_WORD = 'amd'
 NODE_LOCK_TIMEOUT = datetime.timedelta(minutes=5)
 #: Key of ``custominfo`` with the CUs allocated together (RDNA WGPs).
@@ -122,12 +143,62 @@ def _fail(key: str, value: str, reason: str) -> NoReturn:
 
 # --- resources ---------------------------------------------------------------
 
+def is_plugin_env(name: str) -> bool:
+    """True for an environment variable only the device plugin may set."""
+    return name in PLUGIN_ENV or name.startswith(PLUGIN_ENV_PREFIXES)
+
+
+def plugin_env_clash(prefix: str) -> str | None:
+    """The device plugin's variable that ``envFrom`` with this ``prefix``
+    could set (every key of a ConfigMap or Secret becomes
+    ``prefix + key``), or None when none can.
+    """
+    for name in PLUGIN_ENV:
+        if name.startswith(prefix):
+            return name
+    for start in PLUGIN_ENV_PREFIXES:
+        if start.startswith(prefix) or prefix.startswith(start):
+            return start + '*'
+    return None
+
+
+def parse_percent(value: Any, field: str = RESOURCE_GPUCORES) -> int:
+    """A whole percentage of a GPU's CUs, 1..100: the one validation of
+    ``amd.com/gpucores``, of ``compute: 25%`` in a workload spec and of a
+    pod's stated intent.
+
+    :param value: an int, or a string of decimal digits (a Kubernetes
+        quantity such as ``"25"``; ``"25%"`` is accepted too).
+    :param field: names the field in the error.
+    :raises HamiProtocolError: not a whole number in 1..100 (HAMi's
+        webhook rejects such pods; fractions such as ``12.5`` are refused,
+        not rounded).
+    """
+    number: int | None = None
+    if isinstance(value, int) and not isinstance(value, bool):
+        number = value
+    elif isinstance(value, str):
+        text = value.strip()
+        if text.endswith('%'):
+            text = text[:-1].strip()
+        if text.isascii() and text.lstrip('+').isdigit() and len(text) < 5:
+            number = int(text)
+    if number is None or not 1 <= number <= 100:
+        _fail(field, str(value),
+              'must be an integer percentage between 1 and 100')
+    return number
+
+
 def percent_to_cus(percent: int, devcore: int, unit: int = 1) -> int:
     """CUs for ``amd.com/gpucores: <percent>`` on a GPU of ``devcore`` CUs.
 
     ``floor(percent * devcore / 100)`` clamped to ``[1, devcore]``, then
-    rounded up to whole ``unit`` s (RDNA WGPs) as HAMi's scheduler does.
+    rounded up to whole ``unit`` s (RDNA WGPs, ``custominfo.cuPerWGP``),
+    as HAMi's AMD scheduler counts them (its device plugin hands out whole
+    WGPs, so booking fewer would let the node look freer than it is).
     On a 304-CU MI300X: 1 -> 3, 25 -> 76, 33 -> 100, 50 -> 152, 100 -> 304.
+    The one conversion: the extender, the webhook and workload specs all
+    call it.
 
     :raises HamiProtocolError: percent outside 1..100 (HAMi's webhook
         rejects such pods) or a GPU without CUs.
@@ -143,6 +214,21 @@ def percent_to_cus(percent: int, devcore: int, unit: int = 1) -> int:
     if unit > 1:
         cus = min(-(-cus // unit) * unit, devcore)
     return cus
+
+
+def cus_to_percent(cus: int, devcore: int, unit: int = 1) -> int:
+    """The smallest whole percentage whose :func:`percent_to_cus` gives at
+    least ``cus`` CUs on a GPU of ``devcore`` CUs.
+
+    :raises HamiProtocolError: ``cus`` outside 1..devcore.
+    """
+    if not 1 <= cus <= devcore:
+        _fail(RESOURCE_GPUCORES, str(cus),
+              '%d CUs do not fit a GPU of %d CUs' % (cus, devcore))
+    percent = max(1, -(-cus * 100 // devcore))
+    while percent_to_cus(percent, devcore, unit) < cus:   # at most once
+        percent += 1
+    return percent
 
 
 # --- node registration: DeviceInfo -------------------------------------------
@@ -168,11 +254,6 @@ class DeviceInfo:
     devicevendor: str = ''
     custominfo: Mapping[str, Any] = dataclasses.field(
         default_factory=dict, hash=False)
-
-    @property
-    def is_amd(self) -> bool:
-        """HAMi's scheduler takes a device as AMD by "amd" in its type."""
-        return AMD_TYPE_WORD in self.type.lower()
 
     @property
     def cu_unit(self) -> int:

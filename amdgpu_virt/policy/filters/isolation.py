@@ -14,6 +14,20 @@ from amdgpu_virt.policy.workload import Tenancy
 from amdgpu_virt.policy.workload import Workload
 
 
+def cu_slice_refusal(tenancy: Tenancy) -> str | None:
+    """Why a workload of ``tenancy`` may not get a CU slice (None: it may).
+
+    The one statement of the tenancy rule: the planner (through
+    :class:`IsolationFilter`), the admission webhook (for pods asking for
+    raw ``amd.com/gpucores`` or ``amd.com/gpumem``) and its intent
+    translation all ask it.
+    """
+    if tenancy is Tenancy.ISOLATED:
+        return ('tenancy is isolated, and CU masks are not a security '
+                'boundary (memory, HBM bandwidth and caches stay shared)')
+    return None
+
+
 class IsolationFilter(base.PolicyFilter):
     name = 'isolation'
 
@@ -23,10 +37,8 @@ class IsolationFilter(base.PolicyFilter):
                     if option.kind is Kind.VF else 'the whole device')
             return self._verdict(option, True, 'isolates in hardware (%s)'
                                  % what)
-        if workload.tenancy is Tenancy.ISOLATED:
-            return self._verdict(
-                option, False, 'tenancy is isolated, and CU masks are not a '
-                'security boundary (memory, HBM bandwidth and caches stay '
-                'shared)')
+        refusal = cu_slice_refusal(workload.tenancy)
+        if refusal is not None:
+            return self._verdict(option, False, refusal)
         return self._verdict(option, True, 'tenancy is trusted: cooperative '
                              'sharing is acceptable')

@@ -12,6 +12,7 @@ _CU_SCORE = {'low': 1.0, 'medium': 0.5, 'high': 0.0}
 class InterferenceWeigher(base.PolicyWeigher):
     name = 'interference'
     multiplier_option = 'interference_weight_multiplier'
+    by_profile = True
 
     def weigh(self, workload: Workload, candidate: base.Candidate) -> float:
         """1 for a dedicated GPU or a VF; lower for a CU slice."""

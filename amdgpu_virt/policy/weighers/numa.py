@@ -9,6 +9,7 @@ from amdgpu_virt.policy.workload import Workload
 class NumaWeigher(base.PolicyWeigher):
     name = 'numa'
     multiplier_option = 'numa_weight_multiplier'
+    by_profile = True
 
     def weigh(self, workload: Workload, candidate: base.Candidate) -> float:
         """1 / the number of distinct NUMA nodes of the GPUs."""

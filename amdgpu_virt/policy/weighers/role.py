@@ -14,6 +14,7 @@ from amdgpu_virt.policy.workload import Workload
 class RoleWeigher(base.PolicyWeigher):
     name = 'role'
     multiplier_option = 'role_weight_multiplier'
+    by_profile = True
 
     def weigh(self, workload: Workload, candidate: base.Candidate) -> float:
         """1 when all GPUs are in role, 0.5 when converted, 0 if mixed."""

@@ -13,6 +13,7 @@ from amdgpu_virt.policy.workload import Workload
 class StrandingWeigher(base.PolicyWeigher):
     name = 'stranding'
     multiplier_option = 'stranding_weight_multiplier'
+    by_profile = True
 
     def weigh(self, workload: Workload, candidate: base.Candidate) -> float:
         """1 - the share of the granted unit the workload leaves unused."""

@@ -76,6 +76,18 @@ def copy_context(target: str) -> None:
             shutil.copy2(os.path.join(ROOT, rel), os.path.join(target, rel))
 
 
+def _can_build_wheels() -> bool:
+    """bdist_wheel without build isolation: in setuptools since 70.1,
+    from the wheel package before."""
+    import importlib.util
+
+    import setuptools
+
+    major, minor = (int(p) for p in setuptools.__version__.split('.')[:2])
+    return (major, minor) >= (70, 1) or \
+        importlib.util.find_spec('wheel') is not None
+
+
 def pbr_version() -> str:
     result = subprocess.run(
         [sys.executable, 'setup.py', '-q', '--version'], cwd=ROOT,
@@ -87,6 +99,10 @@ class ContainerfileInstallTest(testtools.TestCase):
     """One test: the build is the slow part, done once."""
 
     def test_recipe(self) -> None:
+        if not _can_build_wheels():
+            self.skipTest('building the wheel offline needs the wheel '
+                          'package or setuptools >= 70.1 (tox installs '
+                          'them from test-requirements.txt)')
         self.addCleanup(shutil.rmtree, self.build(), True)
         self.check_wheel()
         self.check_version()

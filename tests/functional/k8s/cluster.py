@@ -20,10 +20,13 @@ from kubernetes import client
 
 from amdgpu_virt import conf as conf_pkg
 from amdgpu_virt.inventory import simulate
+from amdgpu_virt.k8s import admission
 from amdgpu_virt.k8s import agent
 from amdgpu_virt.k8s import devices
 from amdgpu_virt.k8s import extender
 from amdgpu_virt.k8s import webhook
+from amdgpu_virt.k8s import webhookapi
+from amdgpu_virt.policy import engine as policy_engine
 from amdgpu_virt.model import HostInventory
 from tests.functional.fixtures import kubeclient
 
@@ -133,13 +136,12 @@ class Cluster(fixtures.Fixture):
             time.sleep(0.02)
         self.webhook = webhook.make_server(
             webhook.WebhookPolicy(),
-            namespace_labels=webhook.NamespaceLabelCache(self.api))
-        thread = threading.Thread(target=self.webhook.serve_forever,
-                                  daemon=True)
-        thread.start()
-        self.addCleanup(thread.join, 10)
-        self.addCleanup(self.webhook.server_close)
-        self.addCleanup(self.webhook.shutdown)
+            namespace_labels=webhook.NamespaceLabelCache(self.api),
+            intent=admission.IntentPolicy(
+                policy_engine.Engine(conf),
+                webhookapi.ClusterModels(self.api)),
+            events=webhookapi.EventRecorder(self.api))
+        serve(self, self.webhook)
         whost, wport = self.webhook.server_address[:2]
         self.webhook_http = HttpJson(str(whost), int(wport))
         self.addCleanup(self.webhook_http.close)
@@ -187,6 +189,18 @@ class Cluster(fixtures.Fixture):
             'PodName': meta['name'], 'PodNamespace': meta['namespace'],
             'PodUID': meta['uid'], 'Node': node})
         return result
+
+
+def serve(test: Any, server: Any) -> str:
+    """Serve ``server`` in a thread until ``test`` (a TestCase or
+    Fixture) cleans up; :returns: its ``http://host:port`` URL."""
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    test.addCleanup(thread.join, 10)
+    test.addCleanup(server.server_close)
+    test.addCleanup(server.shutdown)
+    host, port = server.server_address[:2]
+    return 'http://%s:%d' % (host, port)
 
 
 def gpu_pod(name: str, containers: list[dict[str, str]],

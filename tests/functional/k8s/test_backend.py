@@ -11,6 +11,8 @@ from amdgpu_virt.inventory import simulate
 from amdgpu_virt.k8s import agent
 from amdgpu_virt.k8s import backend
 from amdgpu_virt.k8s import devices
+from amdgpu_virt.k8s import ledgermap
+from amdgpu_virt.k8s import pool
 from amdgpu_virt.model import PciAddress
 from amdgpu_virt.sharing import hami
 from tests.functional.fixtures import kubeclient
@@ -35,17 +37,28 @@ class KubernetesBackendTest(testtools.TestCase):
         self.first = PciAddress.parse(self.units[0].gpu_address)
         self.second = PciAddress.parse(self.units[1].gpu_address)
 
-    def _pod(self, name: str, uuid: str, bound: bool) -> None:
+    def _pod(self, name: str, uuid: str, bound: bool,
+             phase: str = 'Running', **annotations: str) -> None:
         value = hami.encode_pod_devices([[hami.ContainerDevice(
             uuid, 'AMD Instinct MI300X', 1024, 30)]])
         pod = {'metadata': {'name': name, 'namespace': 'team',
                             'labels': {hami.VGPU_NODE: 'n1'},
                             'annotations': {hami.DEVICES_ALLOCATED: value,
-                                            hami.VGPU_NODE: 'n1'}},
-               'spec': {'containers': [{'name': 'c', 'image': 'x'}]}}
+                                            hami.VGPU_NODE: 'n1',
+                                            **annotations}},
+               'spec': {'containers': [{'name': 'c', 'image': 'x'}]},
+               'status': {'phase': phase}}
         if bound:
             pod['spec']['nodeName'] = 'n1'
         self.kube.server.put_object('pods', pod)
+
+    def _both(self, address: PciAddress) -> tuple[str, ...]:
+        """The backend's answer, checked against the pool's (move's)."""
+        answer = self.backend.consumers('n1', address)
+        side = pool.KubernetesPool(self.kube.api, ledgermap.Location(
+            'amdgpu-virt', 'amdgpu-virt-ledger'))
+        self.assertEqual(answer, side.consumers('n1', address))
+        return answer
 
     def test_offered_and_consumers(self) -> None:
         self.assertIsInstance(self.backend, backend.KubernetesBackend)
@@ -53,17 +66,56 @@ class KubernetesBackendTest(testtools.TestCase):
         self.assertFalse(self.backend.is_withdrawn('n1', self.first))
         self.assertFalse(self.backend.is_offered('gone', self.first))
         self.assertTrue(self.backend.is_withdrawn('gone', self.first))
-        self.assertEqual((), self.backend.consumers('n1', self.first))
+        self.assertEqual((), self._both(self.first))
+        chosen = 'team/chosen (chosen by the extender, not bound yet)'
         self._pod('bound', self.units[0].uuid, True)
         self._pod('chosen', self.units[0].uuid, False)
         self._pod('other', self.units[1].uuid, True)
-        self.assertEqual(('team/bound', 'team/chosen'),
-                         self.backend.consumers('n1', self.first))
-        self.assertEqual(('team/other',),
-                         self.backend.consumers('n1', self.second))
+        self.assertEqual(('team/bound', chosen), self._both(self.first))
+        self.assertEqual(('team/other',), self._both(self.second))
         # withdrawn: the pods' devices are unknown now, so they may be on
         # this GPU (fail closed)
         self.agent.cleanup()
         self.assertTrue(self.backend.is_withdrawn('n1', self.first))
-        self.assertEqual(('team/bound', 'team/chosen', 'team/other'),
-                         self.backend.consumers('n1', self.first))
+        unknown = ' (device %s not registered: may be this GPU)'
+        self.assertEqual((
+            'team/bound' + unknown % self.units[0].uuid.lower(),
+            chosen[:-1] + '; device %s not registered: may be this GPU)'
+            % self.units[0].uuid.lower(),
+            'team/other' + unknown % self.units[1].uuid.lower()),
+            self._both(self.first))
+
+    def test_the_old_answers_agree(self) -> None:
+        first, second = self.units[0].uuid, self.units[1].uuid
+        cases = (
+            # name, device, bound, extra annotations, phase, counts on GPU 1
+            ('bound', first, True, {}, 'Running', 'team/bound'),
+            ('binding', first, False, {hami.BIND_PHASE: 'allocating'},
+             'Pending', 'team/binding (chosen by the extender, not bound '
+             'yet)'),
+            ('filtered', first, False, {}, 'Pending',
+             'team/filtered (chosen by the extender, not bound yet)'),
+            ('done', first, True, {}, 'Succeeded', None),
+            ('failed', first, True, {}, 'Failed', None),
+            ('elsewhere', second, True, {}, 'Running', None),
+            ('unreadable', second, True,
+             {hami.DEVICES_ALLOCATED: 'g0,AMD:;'}, 'Running',
+             'team/unreadable (unreadable allocation'),
+        )
+        expected = []
+        for name, uuid, bound, extra, phase, counts in cases:
+            self._pod(name, uuid, bound, phase, **extra)
+            if counts:
+                expected.append(counts)
+        answer = self._both(self.first)
+        self.assertEqual(len(expected), len(answer), answer)
+        for want, got in zip(sorted(expected), answer, strict=True):
+            self.assertTrue(got.startswith(want), (want, got))
+        # the cross-audit's observation carries the same consumers
+        observations, warnings = pool.KubernetesPool(
+            self.kube.api, ledgermap.Location(
+                'amdgpu-virt', 'amdgpu-virt-ledger')).observations()
+        seen = {o.address: o.consumers for o in observations}
+        self.assertEqual(answer, seen[self.first])
+        self.assertIn('pod team/unreadable: unreadable allocation',
+                      ' '.join(warnings))

@@ -16,6 +16,7 @@ from typing import Any
 import testtools
 
 from amdgpu_virt.k8s import deviceplugin
+from amdgpu_virt.k8s import intent
 from amdgpu_virt.k8s import pods
 from amdgpu_virt.sharing import cumask
 from amdgpu_virt.sharing import hami
@@ -216,6 +217,69 @@ class EndToEndTest(testtools.TestCase):
             container[0].uuid]
         self.assertEqual((unit.vram_mib, unit.compute_units),
                          (container[0].usedmem, container[0].usedcores))
+
+    def test_stated_needs_follow_the_namespace(self) -> None:
+        # the same statement of needs: a CU slice where tenants are
+        # trusted, a whole GPU where they are isolated; both say why
+        stated = {intent.ANNOTATION: 'memory: 20GiB, compute: 25%'}
+        results = {}
+        for namespace in ('team', 'secure'):
+            node, pod, responses = self._schedule(cluster.gpu_pod(
+                'stated', [{}], namespace=namespace, annotations=stated))
+            limits = pod['spec']['containers'][0]['resources']['limits']
+            annotations = pod['metadata']['annotations']
+            (container,) = hami.decode_pod_devices(
+                annotations[hami.DEVICES_ALLOCATED])
+            envs = dict(responses[0].envs)
+            events = self.cluster.api.list_namespaced_event(namespace).items
+            results[namespace] = (limits, annotations, container[0], envs,
+                                  [e.message for e in events
+                                   if e.involved_object.name == 'stated'])
+        limits, annotations, device, envs, events = results['team']
+        self.assertEqual({'amd.com/gpu': '1', 'amd.com/gpucores': '25',
+                          'amd.com/gpumem': '20480'}, limits)
+        self.assertEqual('cu-slice', annotations[intent.DECISION_ANNOTATION])
+        reason = annotations[intent.REASON_ANNOTATION]
+        self.assertIn('CU slice of 25% of the CUs and 20480 MiB', reason)
+        self.assertIn('tenancy is trusted', reason)
+        self.assertEqual([reason], events)
+        self.assertEqual((20480, 76), (device.usedmem, device.usedcores))
+        self.assertEqual(76, cumask.parse_hsa_cu_mask(
+            envs['HSA_CU_MASK']).as_dict()[0].bit_count())
+        self.assertEqual('20480m', envs['HIP_DEVICE_MEMORY_LIMIT_0'])
+        limits, annotations, device, envs, events = results['secure']
+        self.assertEqual({'amd.com/gpu': '1'}, limits)
+        self.assertEqual('whole', annotations[intent.DECISION_ANNOTATION])
+        reason = annotations[intent.REASON_ANNOTATION]
+        self.assertIn('whole GPU (1): no CU slice because tenancy is '
+                      'isolated', reason)
+        self.assertEqual([reason], events)
+        self.assertEqual(304, device.usedcores)
+        self.assertNotIn('HSA_CU_MASK', envs)
+        self.assertNotIn('LD_AUDIT', envs)
+
+    def test_stated_needs_that_never_fit_are_denied(self) -> None:
+        for needs, reason in (
+                ('memory: 300GiB', r'fits no GPU of the cluster: \[size\] '
+                 'requested 304 CUs and 307200 MiB per GPU, but a whole AMD '
+                 'Instinct MI300X has 304 CUs and [0-9]+ MiB$'),
+                ('{gpus: 2, p2p: true, tenancy: trusted, compute: 10%}',
+                 None),
+                ('tenancy: trusted', "tenancy: 'trusted' is not allowed: "
+                 "namespace 'secure'")):
+            pod = cluster.gpu_pod('n', [{}], namespace='secure',
+                                  annotations={intent.ANNOTATION: needs})
+            if reason is None:
+                # P2P across two GPUs: whole GPUs, even where trusted
+                pod['metadata']['namespace'] = 'team'
+                stored = self.cluster.create(pod)
+                self.assertEqual('whole', stored['metadata']['annotations'][
+                    intent.DECISION_ANNOTATION])
+                self.assertIn('P2P', stored['metadata']['annotations'][
+                    intent.REASON_ANNOTATION])
+                continue
+            self.assertRaisesRegex(AssertionError, reason,
+                                   self.cluster.create, pod)
 
     def test_pod_without_gpus_is_left_alone(self) -> None:
         pod = cluster.gpu_pod('cpu', [{}])

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import threading
 import urllib.error
 import urllib.request
 from typing import Any
@@ -13,6 +12,7 @@ from kubernetes import client
 
 from amdgpu_virt.k8s import webhook
 from tests.functional.fixtures import kubeclient
+from tests.functional.k8s import cluster
 
 
 class WebhookServerTest(testtools.TestCase):
@@ -27,14 +27,7 @@ class WebhookServerTest(testtools.TestCase):
         self.server = webhook.make_server(
             webhook.WebhookPolicy(), namespace_labels=(
                 webhook.NamespaceLabelCache(self.kube.api)))
-        thread = threading.Thread(target=self.server.serve_forever,
-                                  daemon=True)
-        thread.start()
-        self.addCleanup(thread.join, 10)
-        self.addCleanup(self.server.server_close)
-        self.addCleanup(self.server.shutdown)
-        host, port = self.server.server_address[:2]
-        self.url = 'http://%s:%d' % (host, port)
+        self.url = cluster.serve(self, self.server)
 
     def _post(self, body: Any, path: str = '/webhook') -> dict[str, Any]:
         request = urllib.request.Request(

@@ -175,16 +175,26 @@ class PoolTestCase(testtools.TestCase):
             type='AMD Instinct MI300X', health=True, devicevendor='amd',
             custominfo={hami.CUSTOMINFO_PCI_BDF: address})
 
-    def pod(self, host, name, device_ids):
+    def pod(self, host, name, device_ids, bound=True):
+        """A pod holding ``device_ids`` of ``host``: bound, or chosen by
+        the extender and being bound (not yet on the node)."""
         value = hami.encode_pod_devices([[hami.ContainerDevice(
             d, 'AMD Instinct MI300X', 8192, 76) for d in device_ids]])
-        self.k8s.server.put_object('pods', {
+        pod = {
             'apiVersion': 'v1', 'kind': 'Pod',
             'metadata': {'name': name, 'namespace': 'default',
                          'annotations': {hami.DEVICES_ALLOCATED: value}},
             'spec': {'nodeName': host, 'containers': [
                 {'name': 'c', 'image': 'busybox'}]},
-            'status': {'phase': 'Running'}})
+            'status': {'phase': 'Running'}}
+        if not bound:
+            del pod['spec']['nodeName']
+            pod['status']['phase'] = 'Pending'
+            pod['metadata']['labels'] = {hami.VGPU_NODE: host}
+            pod['metadata']['annotations'].update({
+                hami.DEVICES_TO_ALLOCATE: value, hami.VGPU_NODE: host,
+                hami.BIND_PHASE: 'allocating'})
+        self.k8s.server.put_object('pods', pod)
 
     def audit(self, *extra):
         rc, stdout, stderr = self.run_cli(
@@ -570,17 +580,41 @@ class TestMove(PoolTestCase):
         with open(state) as handle:
             self.assertEqual(3, len(json.load(handle)['history']))
 
-    def test_move_from_k8s_shared_to_idle(self):
+    def test_move_refuses_while_a_pod_is_chosen_but_not_bound(self):
+        # the extender chose the GPU for the pod and is binding it: the
+        # pod is not on the node yet, but the GPU is taken
+        args = self.k8s_pod_on_gpu1('starting', bound=False)
+        rc, stdout, _stderr = self.run_cli(*args)
+        self.assertEqual(1, rc, stdout)
+        self.assertIn('k8s still has consumers', stdout)
+        self.assertIn('default/starting (chosen by the extender, not bound '
+                      'yet)', stdout)
+        node = self.k8s.server.get_object('nodes', self.k8s_host)
+        self.assertEqual(2, len(hami.decode_node_register(
+            node['metadata']['annotations'][hami.NODE_REGISTER])))
+        # audit counts it as a user of that GPU too
+        _rc, report, _stderr = self.audit()
+        self.assertEqual(1, report['in_use']['k8s'])
+        self.k8s.api.delete_namespaced_pod('starting', 'default')
+        rc, stdout, _stderr = self.run_cli(*args)
+        self.assertEqual(0, rc, stdout)
+
+    def k8s_pod_on_gpu1(self, name, bound=True):
+        """Offer both GPUs of the k8s host, put pod ``name`` on GPU1;
+        :returns: the arguments of moving GPU1 to idle."""
         self.push_ledger()
         self.assertEqual([GPU0, GPU1], self.run_agent(self.k8s_host))
         node = self.k8s.server.get_object('nodes', self.k8s_host)
         infos = hami.decode_node_register(
             node['metadata']['annotations'][hami.NODE_REGISTER])
-        self.pod(self.k8s_host, 'trainer', [infos[1].id])
-        args = ('move', '--ledger', self.ledger_path, '--gpu',
+        self.pod(self.k8s_host, name, [infos[1].id], bound=bound)
+        return ('move', '--ledger', self.ledger_path, '--gpu',
                 '%s:%s' % (self.k8s_host, GPU1), '--to', 'idle',
                 '--fleet', self.fleet, '--state-dir',
                 os.path.join(self.tmp, 'state'))
+
+    def test_move_from_k8s_shared_to_idle(self):
+        args = self.k8s_pod_on_gpu1('trainer')
         rc, stdout, _stderr = self.run_cli(*args)
         self.assertEqual(1, rc, stdout)
         self.assertIn('k8s still has consumers', stdout)

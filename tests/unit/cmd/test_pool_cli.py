@@ -4,7 +4,6 @@ Rendering runs on the embedded sample fleet; the commands that need
 Placement and the Kubernetes API are tested in tests/functional/pool.
 """
 
-import argparse
 import io
 import os
 import shutil
@@ -19,6 +18,7 @@ from amdgpu_virt import yamlutil
 from amdgpu_virt.cmd import main as av_main
 from amdgpu_virt.cmd import pool as cmd_pool
 from amdgpu_virt.inventory import simulate
+from amdgpu_virt.inventory import sources
 from amdgpu_virt.model import Driver
 from amdgpu_virt.model import PciAddress
 from amdgpu_virt.model import Role
@@ -155,7 +155,7 @@ class TestLiveHost(testtools.TestCase):
                                  'sys')
         self.write('gim-spx')
         self.conf = conf_pkg.new_conf()
-        self.args = argparse.Namespace(fleet=None, snapshot_dir=None)
+        self.source = sources.Source()
 
     def write(self, mode):
         shutil.rmtree(self.root, ignore_errors=True)
@@ -165,20 +165,20 @@ class TestLiveHost(testtools.TestCase):
     def test_live_uses_the_inventory_options_and_scans_again(self):
         self.conf.set_override('sysfs_root', self.root, 'inventory')
         self.conf.set_override('hostname', 'h1', 'inventory')
-        inventories = cmd_pool.Inventories(
-            self.args, cmd_pool.LiveHost(self.conf, 'h1'))
+        inventories = sources.Inventories(
+            self.source, sources.LiveHost(self.conf, 'h1'))
         self.assertEqual(Driver.GIM, inventories.of('h1').gpus[0].driver)
         self.write('spx')
         self.assertEqual(Driver.AMDGPU,
                          inventories.all(['h1'])['h1'].gpus[0].driver)
 
     def test_sysfs_root_reads_the_tree_as_the_gpus_host(self):
-        live = cmd_pool.LiveHost(self.conf, 'h1', self.root)
+        live = sources.LiveHost(self.conf, 'h1', self.root)
         self.assertEqual('h1', live.scan().hostname)
 
     def test_another_host_is_refused(self):
         self.conf.set_override('hostname', 'h2', 'inventory')
-        live = cmd_pool.LiveHost(self.conf, 'h1', self.root)
+        live = sources.LiveHost(self.conf, 'h1', self.root)
         err = self.assertRaises(exception.InventoryError, live.scan)
         self.assertIn('sysfs tree %s' % self.root, str(err))
         self.assertIn('reads host h2, not h1', str(err))
@@ -201,8 +201,8 @@ class TestSnapshotDir(testtools.TestCase):
     def test_missing_snapshot_dir_is_named(self):
         missing = os.path.join(self.useFixture(fixtures.TempDir()).path,
                                'nope')
-        args = argparse.Namespace(fleet=None, snapshot_dir=missing)
+        source = sources.Source(snapshot_dir=missing)
         err = self.assertRaises(exception.InventoryError,
-                                cmd_pool.Inventories(args).all, ['gim-0'])
+                                sources.Inventories(source).all, ['gim-0'])
         self.assertIn('--snapshot-dir %s' % missing, str(err))
         self.assertIn('not a directory', str(err))

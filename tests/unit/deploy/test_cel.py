@@ -78,8 +78,13 @@ class MatchConditionsTest(testtools.TestCase):
                     pod(init={'amd.com/gpu': '1'}),
                     pod(limits={'amd.com/future-resource': '1'}),
                     pod(annotations={hami.BIND_PHASE: 'allocating'}),
-                    pod(annotations={'hami.io/anything': 'x'})):
+                    pod(annotations={'hami.io/anything': 'x'}),
+                    # needs stated instead of resources
+                    pod(annotations={'gpu.amd.com/workload':
+                                     'memory: 20GiB, compute: 25%'}),
+                    pod(annotations={'gpu.amd.com/decision': 'whole'})):
             self.assertEqual(admission.CALLED, self.call(obj), obj)
+        self.assertEqual('NoneOnDryRun', self.webhook['sideEffects'])
 
     def test_other_pods_are_not(self) -> None:
         for obj in (pod(),
@@ -89,7 +94,9 @@ class MatchConditionsTest(testtools.TestCase):
                     pod(limits={'AMD.COM/gpu': '1'}),
                     pod(limits={}, requests={}),
                     pod(annotations={'example.org/hami.io': 'x',
-                                     'nothami.io/x': 'y'}),
+                                     'nothami.io/x': 'y',
+                                     'example.org/gpu.amd.com/x': 'y',
+                                     'amd.com/use-gputype': 'MI300X'}),
                     pod(labels={'hami.io/vgpu-node': 'n1'})):
             self.assertEqual(admission.SKIPPED, self.call(obj), obj)
 

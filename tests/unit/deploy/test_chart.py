@@ -11,11 +11,14 @@ from __future__ import annotations
 import base64
 import datetime
 import functools
+import io
 import json
 import os
 import re
+import shutil
 from typing import Any
 
+import fixtures
 import helm_python
 import jsonschema
 import kubernetes_validate
@@ -76,6 +79,16 @@ def strict_validate(doc: dict[str, Any], version: str) -> None:
     _validator(version, doc['apiVersion'], doc['kind']).validate(doc)
 
 
+def _shape(doc: dict[str, Any]) -> str:
+    """The object without its config checksum annotation, which differs
+    between variants but not in what the schema checks."""
+    copy = json.loads(json.dumps(doc))
+    annotations = (((copy.get('spec') or {}).get('template') or {}).get(
+        'metadata') or {}).get('annotations') or {}
+    annotations.pop('checksum/config', None)
+    return json.dumps(copy, sort_keys=True)
+
+
 class KubernetesVersionsTest(testtools.TestCase):
 
     def test_versions_1_33_to_1_37_are_known(self) -> None:
@@ -93,7 +106,7 @@ class StrictValidationTest(testtools.TestCase):
             docs = chart.variant(name)
             self.assertGreater(len(docs), 5, name)
             for doc in docs:
-                key = json.dumps(doc, sort_keys=True)
+                key = _shape(doc)
                 if key in seen:
                     continue  # the same object in another variant
                 seen.add(key)
@@ -108,7 +121,7 @@ class StrictValidationTest(testtools.TestCase):
                             name, doc['kind'], doc['metadata']['name'],
                             version, err))
                     checked += 1
-        self.assertGreater(checked, 100)
+        self.assertGreater(checked, 60)
 
     def _check_crd_object(self, variant: str, doc: dict) -> None:
         self.assertEqual({'apiVersion', 'kind', 'metadata', 'spec'},
@@ -131,11 +144,21 @@ class StrictValidationTest(testtools.TestCase):
                               doc, version)
 
     def test_cached_validator_agrees_with_the_library(self) -> None:
+        # one object of each kind (the library re-reads its schemas at
+        # every call, which is slow)
         latest = kubernetes_versions()[-1]
+        kinds: dict[str, dict] = {}
         for doc in chart.documents():
             if (doc['apiVersion'], doc['kind']) not in CRD_KINDS:
-                kubernetes_validate.validate(doc, latest, strict=True)
-                strict_validate(doc, latest)
+                kinds.setdefault(doc['kind'], doc)
+        self.assertGreater(len(kinds), 10)
+        for doc in kinds.values():
+            kubernetes_validate.validate(doc, latest, strict=True)
+            strict_validate(doc, latest)
+            broken = json.loads(json.dumps(doc))
+            broken['metadata']['labelz'] = {}
+            self.assertRaises(jsonschema.ValidationError, strict_validate,
+                              broken, latest)
 
     def test_crd_kinds_are_really_unknown_to_the_validator(self) -> None:
         # if kubernetes-validate learns them, validate them strictly
@@ -243,18 +266,22 @@ class DriftTest(testtools.TestCase):
         chart._render.cache_clear()
         self.assertEqual(first, chart.render())
 
-    def test_check_mode_reports_drift(self) -> None:
+    def test_check_mode_reports_drift_and_rewrite_fixes_it(self) -> None:
         self.assertEqual(0, chart.renderer.main(['--check']))
-        path = os.path.join(chart.DEPLOY, 'rbac.yaml')
-        with open(path, encoding='utf-8') as stream:
-            original = stream.read()
-        try:
-            with open(path, 'a', encoding='utf-8') as out:
-                out.write('# edited by hand\n')
-            self.assertEqual(1, chart.renderer.main(['--check']))
-        finally:
-            with open(path, 'w', encoding='utf-8') as out:
-                out.write(original)
+        copy = self.useFixture(fixtures.TempDir()).path
+        for name in os.listdir(chart.DEPLOY):
+            shutil.copy(os.path.join(chart.DEPLOY, name), copy)
+        with open(os.path.join(copy, 'rbac.yaml'), 'a') as out:
+            out.write('# edited by hand\n')
+        with open(os.path.join(copy, 'stale.yaml'), 'w') as out:
+            out.write('kind: Stale\n')
+        self.useFixture(fixtures.MonkeyPatch('sys.stdout', io.StringIO()))
+        self.assertEqual(1, chart.renderer.main(['--check', '--output',
+                                                 copy]))
+        self.assertEqual(0, chart.renderer.main(['--output', copy]))
+        self.assertEqual(0, chart.renderer.main(['--check', '--output',
+                                                 copy]))
+        self.assertFalse(os.path.exists(os.path.join(copy, 'stale.yaml')))
 
 
 class HelmTlsTest(testtools.TestCase):

@@ -11,6 +11,7 @@ import testtools
 
 from amdgpu_virt import catalog
 from amdgpu_virt import exception
+from amdgpu_virt.inventory import simtree
 from amdgpu_virt.inventory import simulate
 from amdgpu_virt.inventory import sysfs
 from amdgpu_virt.model import Driver
@@ -111,7 +112,7 @@ class TestKeyHosts(testtools.TestCase):
         path = os.path.join(host.root, sysfs.KFD_NODES, '4', 'properties')
         with open(path) as handle:
             props = dict(line.split() for line in handle)
-        self.assertEqual(list(simulate.KFD_NODE_KEYS), list(props))
+        self.assertEqual(list(simtree.KFD_NODE_KEYS), list(props))
         self.assertEqual({'simd_count': '1216', 'array_count': '32',
                           'simd_arrays_per_engine': '1',
                           'cu_per_simd_array': '10', 'simd_per_cu': '4',

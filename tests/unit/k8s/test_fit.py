@@ -60,6 +60,20 @@ class PodRequestTest(testtools.TestCase):
         self.assertEqual(('binpack', 'spread'), (req.node_policy,
                                                  req.gpu_policy))
 
+    def test_limits_only_as_hami(self) -> None:
+        # requests are not read (Kubernetes requires limits for extended
+        # resources); a share without amd.com/gpu is one GPU here (the
+        # webhook writes amd.com/gpu: 1 so that HAMi reads it the same)
+        only_requests = pod()
+        only_requests['spec']['containers'] = [{'name': 'c', 'resources': {
+            'requests': {'amd.com/gpu': '1', 'amd.com/gpucores': '10'}}}]
+        self.assertFalse(fit.pod_request(only_requests).wants_gpus)
+        self.assertEqual(1, request({'amd.com/gpumem': '5'}).containers[
+            0].nums)
+        err = self.assertRaises(exception.ExtenderRequestError, request,
+                                {'amd.com/gpucores': '12.5'})
+        self.assertIn('integer percentage between 1 and 100', str(err))
+
     def test_no_gpu_request(self) -> None:
         self.assertFalse(fit.pod_request(pod({'cpu': '1'})).wants_gpus)
         self.assertFalse(fit.pod_request(pod({'amd.com/gpu': '0'}))
@@ -225,11 +239,13 @@ class FitNodeTest(testtools.TestCase):
 
     def test_usable_device(self) -> None:
         self.assertIsNone(fit.usable_device(device('g0')))
+        # as in HAMi: a device of hami.io/node-amd-register is an AMD
+        # device whatever its type says
+        self.assertIsNone(fit.usable_device(device('g0', kind='Instinct')))
         for bad, reason in ((device('g,0'), 'id'),
                             (device('g0', devcore=0), 'devcore'),
                             (device('g0', devmem=0), 'devmem'),
                             (device('g0', count=0), 'count'),
-                            (device('g0', kind='NVIDIA'), 'not an AMD'),
                             (device('g0', kind='AMD;x'), 'type'),
                             (device('g0', devcore=95, cuPerWGP=2), 'units')):
             self.assertIn(reason, str(fit.usable_device(bad)))
@@ -250,6 +266,12 @@ class DecideTest(testtools.TestCase):
         self.assertIn('no AMD GPU registered',
                       decision.unresolvable['c-empty'])
         self.assertIn('unknown', decision.unresolvable['d-gone'])
+        self.assertIs(fit.FitCode.SUCCESS, decision.code)
+        self.assertEqual(
+            [('a-idle', fit.FitCode.UNSCHEDULABLE),
+             ('c-empty', fit.FitCode.UNRESOLVABLE),
+             ('d-gone', fit.FitCode.UNRESOLVABLE)],
+            [(r.node, r.code) for r in decision.reasons()])
         req = request({'amd.com/gpucores': 25, 'amd.com/gpumem': 1},
                       **{hami.NODE_SCHEDULER_POLICY: 'spread'})
         decision = fit.decide([idle, busy], req)
@@ -262,6 +284,14 @@ class DecideTest(testtools.TestCase):
                                                'amd.com/gpumem': 1}))
         self.assertIsNone(decision.fit)
         self.assertIn('at most 0 CUs', decision.failed['n'])
+        self.assertIs(fit.FitCode.UNSCHEDULABLE, decision.code)
+        never = fit.decide([fit.build_view('e', [], [])], request(
+            {'amd.com/gpucores': 5}))
+        self.assertIs(fit.FitCode.UNRESOLVABLE, never.code)
+        (reason,) = never.reasons()
+        self.assertEqual(('e', 'no AMD GPU registered in '
+                          'hami.io/node-amd-register'),
+                         (reason.node, reason.reason))
 
 
 @st.composite

@@ -2,7 +2,6 @@
 
 import testtools
 
-from amdgpu_virt import exception
 from amdgpu_virt import ledger
 from amdgpu_virt.k8s import ledgermap
 from amdgpu_virt.k8s import pool
@@ -49,25 +48,6 @@ class TestNodeView(testtools.TestCase):
         view = pool.node_view(_node('{not json'))
         self.assertEqual({}, view.offers)
         self.assertIn(hami.NODE_REGISTER, view.problem)
-
-
-class TestPodDevices(testtools.TestCase):
-
-    def _pod(self, value, phase='Running'):
-        return {'metadata': {'annotations': {
-            hami.DEVICES_ALLOCATED: value}}, 'status': {'phase': phase}}
-
-    def test_devices_of_live_pods(self):
-        value = 'p0,AMD,100,3:p1,AMD,100,3:;p0,AMD,1,1:;'
-        self.assertEqual(('p0', 'p1'), pool.pod_devices(self._pod(value)))
-        self.assertEqual((), pool.pod_devices(self._pod(value,
-                                                         'Succeeded')))
-        self.assertEqual((), pool.pod_devices({'metadata': {}}))
-
-    def test_malformed_annotation_names_the_key(self):
-        err = self.assertRaises(exception.HamiProtocolError,
-                                pool.pod_devices, self._pod('p0,AMD:;'))
-        self.assertIn(hami.DEVICES_ALLOCATED, str(err))
 
 
 class TestLedgerMap(testtools.TestCase):

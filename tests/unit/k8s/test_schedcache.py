@@ -41,9 +41,11 @@ class DecodeTest(testtools.TestCase):
     def test_nodes(self) -> None:
         self.assertEqual((), schedcache.decode_node(node('a')).devices)
         entry = schedcache.decode_node(node(
-            'a', [device('g0'), device('g0', 1), device('x', kind='NVIDIA'),
+            'a', [device('g0'), device('g0', 1), device('x', kind='Instinct'),
                   device('g1', devcore=0)]))
-        self.assertEqual(['g0'], [d.id for d in entry.devices])
+        # every device of the AMD registration is AMD, whatever its type
+        # (as HAMi's scheduler takes it)
+        self.assertEqual(['g0', 'x'], [d.id for d in entry.devices])
         entry = schedcache.decode_node(node('a', [device('g0')],
                                             capacity={'amd.com/gpu': '0'}))
         self.assertIn('capacity 0', str(entry.problem))

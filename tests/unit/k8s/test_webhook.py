@@ -50,6 +50,13 @@ def _patch(response: dict[str, Any]) -> list[dict[str, Any]]:
 
 class MutationTest(testtools.TestCase):
 
+    def _denied(self, pod: dict[str, Any],
+                policy: webhook.WebhookPolicy = POLICY) -> str:
+        response = _decide(pod, policy=policy)
+        self.assertFalse(response['allowed'])
+        self.assertNotIn('patch', response)
+        return str(response['status']['message'])
+
     def test_sets_scheduler_name_for_each_resource(self) -> None:
         for resource in ('amd.com/gpu', 'amd.com/gpumem',
                          'amd.com/gpucores'):
@@ -66,11 +73,35 @@ class MutationTest(testtools.TestCase):
         patched = jsonpatch.apply_patch(pod, _patch(_decide(pod)))
         self.assertEqual('amdgpu-virt', patched['spec']['schedulerName'])
 
-    def test_requests_count_and_init_containers_too(self) -> None:
+    def test_init_containers_count_too(self) -> None:
+        pod = _pod()
+        pod['spec']['initContainers'] = [{'name': 'init', 'resources': {
+            'limits': {'amd.com/gpu': '1'}}}]
+        self.assertIn('patch', _decide(pod))
+
+    def test_a_request_without_a_limit_is_denied(self) -> None:
+        # Kubernetes requires a limit for extended resources, and the
+        # extender (like HAMi) reads limits only
         pod = _pod()
         pod['spec']['initContainers'] = [{'name': 'init', 'resources': {
             'requests': {'amd.com/gpu': '1'}}}]
-        self.assertIn('patch', _decide(pod))
+        message = self._denied(pod)
+        self.assertIn("container 'init'", message)
+        self.assertIn('resources.requests[amd.com/gpu] without a limit',
+                      message)
+
+    def test_gpu_count_is_added_to_shares_as_hami_reads_them(self) -> None:
+        # HAMi counts a container only when amd.com/gpu is set; a share
+        # without it means one GPU here, so the webhook says so
+        pod = _pod({'amd.com/gpucores': '30'})
+        patched = jsonpatch.apply_patch(pod, _patch(_decide(pod)))
+        self.assertEqual({'amd.com/gpucores': '30', 'amd.com/gpu': '1'},
+                         patched['spec']['containers'][0]['resources'][
+                             'limits'])
+        pod = _pod({'amd.com/gpu': '0', 'amd.com/gpumem': '10'})
+        patched = jsonpatch.apply_patch(pod, _patch(_decide(pod)))
+        self.assertEqual('0', patched['spec']['containers'][0]['resources'][
+            'limits']['amd.com/gpu'])
 
     def test_no_patch_when_already_ours(self) -> None:
         response = _decide(_pod({'amd.com/gpu': 1},
@@ -81,14 +112,24 @@ class MutationTest(testtools.TestCase):
         response = _decide(_pod({'cpu': '1'}, nodeName='n1'))
         self.assertEqual({'uid': 'u-1', 'allowed': True}, response)
 
-    def test_ignore_label_skips_everything(self) -> None:
+    def test_ignore_label_skips_nothing(self) -> None:
         pod = _pod({'amd.com/gpucores': '500'}, nodeName='n1')
         pod['metadata']['labels'] = {'hami.io/webhook': 'ignore'}
-        self.assertEqual({'uid': 'u-1', 'allowed': True}, _decide(pod))
+        message = self._denied(pod)
+        self.assertIn('spec.nodeName', message)
+        self.assertIn('amd.com/gpucores', message)
+
+    def test_exempt_namespaces_only_by_option(self) -> None:
+        pod = _pod({'amd.com/gpucores': '500'}, nodeName='n1')
+        policy = webhook.WebhookPolicy(exempt_namespaces=frozenset({'ns'}))
+        self.assertEqual({'uid': 'u-1', 'allowed': True},
+                         _decide(pod, policy=policy))
 
     def test_other_kinds_and_operations_pass(self) -> None:
         pod = _pod({'amd.com/gpucores': '500'})
-        for review in (_review(pod, operation='UPDATE'),
+        update = _review(pod, operation='UPDATE')
+        update['request']['oldObject'] = pod
+        for review in (update, _review(pod, operation='DELETE'),
                        _review(pod, kind='Deployment')):
             self.assertEqual({'uid': 'u-1', 'allowed': True},
                              webhook.review(review, POLICY)['response'])
@@ -251,6 +292,19 @@ class PatchPropertyTest(testtools.TestCase):
         self.assertEqual('amdgpu-virt', patched['spec']['schedulerName'])
         patched['spec'].pop('schedulerName')
         original['spec'].pop('schedulerName', None)
+        for container in (patched['spec'].get('containers', [])
+                          + patched['spec'].get('initContainers', [])):
+            limits = container.get('resources', {}).get('limits', {})
+            if limits.get('amd.com/gpu') == '1' and any(
+                    r in limits for r in ('amd.com/gpumem',
+                                          'amd.com/gpucores')):
+                # added to shares that name no GPU count
+                where = 'initContainers' if container in patched[
+                    'spec'].get('initContainers', []) else 'containers'
+                index = patched['spec'][where].index(container)
+                if 'amd.com/gpu' not in original['spec'][where][index][
+                        'resources']['limits']:
+                    del limits['amd.com/gpu']
         self.assertEqual(original, patched)
 
 

@@ -46,10 +46,10 @@ def workloads(draw):
     result = []
     for i in range(draw(st.integers(1, 12))):
         compute = draw(st.one_of(st.none(), st.integers(1, 320),
-                                 st.sampled_from([5.0, 10.0, 12.5, 25.0,
-                                                  50.0, 100.0])))
+                                 st.sampled_from(['5%', '10%', '12%', '25%',
+                                                  '50%', '100%'])))
         cus = compute if isinstance(compute, int) else None
-        percent = compute if isinstance(compute, float) else None
+        percent = int(compute[:-1]) if isinstance(compute, str) else None
         result.append(Workload(
             'w%d' % i, draw(st.sampled_from(list(Platform))),
             draw(st.sampled_from(list(Tenancy))),

@@ -35,8 +35,11 @@ class TestSizes(testtools.TestCase):
 
     def test_compute(self):
         self.assertEqual((76, None), wl.parse_compute(76))
-        self.assertEqual((None, 25.0), wl.parse_compute('25%'))
-        self.assertEqual((None, 12.5), wl.parse_compute('12.5 %'))
+        self.assertEqual((None, 25), wl.parse_compute('25%'))
+        self.assertEqual((None, 12), wl.parse_compute('12 %'))
+        # whole percentages only, as amd.com/gpucores (no rounding)
+        for bad in ('12.5 %', '0%', '101%'):
+            self.assertRaises(ValueError, wl.parse_compute, bad)
         self.assertEqual((None, None), wl.parse_compute('whole'))
         self.assertEqual((38, None), wl.parse_compute('38'))
         self.assertRaises(ValueError, wl.parse_compute, 'half')
@@ -45,9 +48,11 @@ class TestSizes(testtools.TestCase):
     def test_percent_follows_hami(self):
         # floor(pct * 304 / 100), clamped to [1, 304]
         for pct, cus in ((1, 3), (25, 76), (33, 100), (50, 152), (67, 203),
-                         (100, 304), (0.1, 1)):
+                         (100, 304)):
             w = wl.Workload('w', percent=pct)
             self.assertEqual(cus, w.cus_on(MI300X), pct)
+        self.assertRaises(exception.WorkloadSpecError, wl.Workload, 'w',
+                          percent=0.5)
 
     def test_whole(self):
         w = wl.Workload('w')

@@ -51,7 +51,6 @@ class JsonRegistrationTest(testtools.TestCase):
             devmem=196288, devcore=304, type='AMD Instinct MI300X VF',
             numa=0, health=True, devicevendor='amd',
             custominfo={'pciBDF': '0000:83:00.0'}), device)
-        self.assertTrue(device.is_amd)
         self.assertEqual(1, device.cu_unit)
 
     def test_encode_leaves_zero_fields_out(self):
@@ -383,3 +382,50 @@ class RebuildTest(testtools.TestCase):
         self.assertIn('gpu-9', str(err))
         self.assertRaises(exception.SharingError, hami.rebuild_allocators,
                           self.GPUS, [('ns/a', '{"gpu-0":"300-304"}')])
+
+
+class WholePercentTest(testtools.TestCase):
+    """Whole percentages and the one conversion, with HAMi's semantics."""
+
+    def test_parse_percent(self) -> None:
+        for good, number in ((1, 1), ('25', 25), ('+7', 7), (' 100 ', 100),
+                             ('25%', 25)):
+            self.assertEqual(number, hami.parse_percent(good))
+        for bad in (0, 101, '12.5', '0', '1e2', True, None, 2.0, '٣',
+                    '99999999999'):
+            err = self.assertRaises(exception.HamiProtocolError,
+                                    hami.parse_percent, bad, 'f')
+            self.assertIn('f', str(err))
+
+    def test_conversion_matches_hami(self) -> None:
+        # HAMi: floor(devcore * pct / 100), at least 1, rounded up to the
+        # registration's cuPerWGP, at most devcore
+        for percent, devcore, unit, cus in (
+                (1, 304, 1, 3), (25, 304, 1, 76), (33, 304, 1, 100),
+                (67, 304, 1, 203), (100, 304, 1, 304), (1, 80, 1, 1),
+                (1, 40, 1, 1), (10, 40, 2, 4), (13, 40, 2, 6),
+                (99, 40, 2, 40)):
+            self.assertEqual(cus, hami.percent_to_cus(percent, devcore,
+                                                      unit))
+
+    def test_cus_to_percent_is_the_smallest_whole_percent(self) -> None:
+        for cus in range(1, 305):
+            percent = hami.cus_to_percent(cus, 304)
+            self.assertGreaterEqual(hami.percent_to_cus(percent, 304), cus)
+            if percent > 1:
+                self.assertLess(hami.percent_to_cus(percent - 1, 304), cus)
+        self.assertRaises(exception.HamiProtocolError, hami.cus_to_percent,
+                          305, 304)
+
+    def test_plugin_env(self) -> None:
+        for name in ('HSA_CU_MASK', 'ROC_GLOBAL_CU_MASK', 'LD_AUDIT',
+                     'ROCR_VISIBLE_DEVICES', 'HIP_DEVICE_MEMORY_LIMIT',
+                     'HIP_DEVICE_MEMORY_LIMIT_3'):
+            self.assertTrue(hami.is_plugin_env(name), name)
+        self.assertFalse(hami.is_plugin_env('HIP_VISIBLE_DEVICES'))
+        for prefix, clash in (('', 'HSA_CU_MASK'), ('HSA_', 'HSA_CU_MASK'),
+                              ('LD_', 'LD_AUDIT'),
+                              ('HIP_DEVICE_MEMORY_LIMIT_9',
+                               'HIP_DEVICE_MEMORY_LIMIT*'),
+                              ('APP_', None), ('HSA_X', None)):
+            self.assertEqual(clash, hami.plugin_env_clash(prefix), prefix)
