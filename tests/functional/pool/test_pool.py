@@ -672,7 +672,7 @@ class TestMove(PoolTestCase):
                 os.path.join(self.tmp, 'state'))
         rc, stdout, _stderr = self.run_cli(*args)
         self.assertEqual(1, rc, stdout)
-        self.assertIn('ResourceClaim team/quarter', stdout)
+        self.assertIn('team/quarter (allocated ResourceClaim)', stdout)
         # the audit counts it as a consumer of that GPU too
         rc, stdout, _stderr = self.run_cli('audit', '--ledger',
                                            self.ledger_path, '-f', 'json')

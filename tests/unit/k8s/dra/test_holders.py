@@ -44,3 +44,28 @@ class TestHolders(testtools.TestCase):
             ('n1', PciAddress.parse('0000:05:00.0')):
                 {'ResourceClaim ns/a', 'ResourceClaim ns/b'},
             ('n1', None): {'ResourceClaim ns/d'}}, held)
+
+
+class FakeCore:
+    api_client = None
+
+
+class TestClaimConsumers(testtools.TestCase):
+
+    def test_consumers_of_a_node(self):
+        source = holders.ClaimConsumers(FakeCore(), 'gpu.amd.com')
+        source.claims = lambda: [
+            _claim('a', [_result('gpu-0000-05-00-0-p1'),
+                         _result('gpu-0000-25-00-0')]),
+            _claim('b', [_result('mystery')]),
+            _claim('c', [_result('gpu-0000-05-00-0', pool='n2')])]
+        found = source.consumers('n1')
+        self.assertEqual(['ns/a', 'ns/b'], [c.name for c in found])
+        self.assertEqual(frozenset({PciAddress.parse('0000:05:00.0'),
+                                    PciAddress.parse('0000:25:00.0')}),
+                         found[0].addresses)
+        self.assertIsNone(found[0].problem)
+        self.assertIn('maps to no GPU', found[1].problem)
+        self.assertEqual('ns/a (allocated ResourceClaim)',
+                         found[0].describe())
+        self.assertEqual(3, len(source.consumers(None)))
