@@ -48,6 +48,10 @@ class DriverNotFound(AmdgpuVirtError):
                '(known: %(known)s): %(reason)s')
 
 
+class FileInputError(AmdgpuVirtError):
+    msg_fmt = 'cannot read %(what)s %(path)s: %(reason)s'
+
+
 # --- hardware model and catalog ----------------------------------------------
 
 class InvalidPciAddress(AmdgpuVirtError):
@@ -158,6 +162,12 @@ class PlacementError(AmdgpuVirtError):
     msg_fmt = 'Placement request %(request)s failed: %(reason)s'
 
 
+class PlacementUnreachable(PlacementError):
+    msg_fmt = ('Placement request %(request)s got no answer: %(reason)s; '
+               'check [nova] placement_endpoint (or cloud) and that '
+               'Placement runs')
+
+
 class UnsafeRoleChange(AmdgpuVirtError):
     msg_fmt = 'Refusing to change GPU %(gpu)s: %(reason)s'
 
@@ -207,6 +217,10 @@ class KubernetesConflict(KubernetesError):
 
 class AdmissionReviewError(KubernetesError):
     msg_fmt = 'Invalid AdmissionReview: %(field)s: %(reason)s'
+
+
+class HttpRequestError(KubernetesError):
+    msg_fmt = 'Bad HTTP request: %(reason)s'
 
 
 class ExtenderRequestError(KubernetesError):

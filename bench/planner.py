@@ -89,7 +89,7 @@ def make_workloads(count: int, seed: int) -> list[Workload]:
                 name, Platform.POD, Tenancy.TRUSTED,
                 gpus=rng.choice([1, 1, 1, 2]),
                 memory_mib=rng.choice([16, 24, 32, 48]) * 1024,
-                percent=rng.choice([10, 12.5, 20, 25]),
+                percent=rng.choice([10, 12, 20, 25]),
                 sensitivity=rng.choice([Sensitivity.LOW,
                                         Sensitivity.MEDIUM]),
                 priority=rng.randint(20, 60)))

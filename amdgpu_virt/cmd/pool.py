@@ -31,8 +31,23 @@ from amdgpu_virt.pool import crossaudit
 from amdgpu_virt.pool import hostchange
 from amdgpu_virt.pool import move as pool_move
 
+#: exit statuses of ``audit`` and ``move`` (their help and the hybrid
+#: guide list them): 0 done / clean
+EXIT_OK = 0
+#: ``move``: refused, the GPU is in use; ``audit``: a conflict (double
+#: booking); both: any other error (named on stderr)
+EXIT_REFUSED = 1
+#: ``audit``: drift between the ledger and a side, no conflict
+EXIT_DRIFT = 3
+#: a side's API (Placement, Nova, Kubernetes) cannot be reached; nothing
+#: was changed (EX_UNAVAILABLE of sysexits.h)
+EXIT_UNREACHABLE = 69
 #: ``move`` exit status while it waits for a side or the host
+#: (EX_TEMPFAIL)
 EXIT_WAITING = 75
+#: the errors that mean "a side's API is unreachable"
+UNREACHABLE = (exception.ServiceUnreachable, exception.PlacementUnreachable,
+               exception.KubernetesUnavailable)
 
 
 def _load_ledger(path: str, inventories: sources.Inventories
@@ -264,17 +279,35 @@ def audit_summary(report: crossaudit.AuditReport,
                 counts['info']))
 
 
-class Audit(lister.Lister):
+class _Unreachable:
+    """``run`` that exits EXIT_UNREACHABLE, naming the API, when a side
+    cannot be reached."""
+
+    app: Any
+
+    def run(self, parsed_args: argparse.Namespace) -> int:
+        try:
+            return int(super().run(parsed_args))  # type: ignore[misc]
+        except UNREACHABLE as err:
+            self.app.stderr.write('error: %s\n' % err)
+            return EXIT_UNREACHABLE
+
+
+class Audit(_Unreachable, lister.Lister):
     """Check that no GPU is offered or used by both clouds.
 
     Compares the ledger, the hosts' inventories, Placement (Nova) and the
     Kubernetes API. Lists the findings (columns Host, GPU, Severity,
     Finding, Detail) in any -f format, with -c to choose columns; -f json
     or -f yaml without -c prints the whole report (counts, findings,
-    warnings). Exit status 1 when there is a conflict, else 0.
+    warnings). Exit status: 0 consistent; 1 a conflict (a GPU offered or
+    used by both clouds) or another error; 3 drift only (a side differs
+    from the ledger, no conflict); 69 Placement, Nova or the Kubernetes
+    API unreachable (nothing audited).
     """
 
     conflicts = False
+    drift = False
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser = super().get_parser(prog_name)
@@ -308,6 +341,7 @@ class Audit(lister.Lister):
             self.app.stderr.write('warning: %s\n' % warning)
         self.report, self.sides, self.warnings = report, sides, warnings
         self.conflicts = bool(report.conflicts)
+        self.drift = any(f.severity == 'drift' for f in report.findings)
         floor = SEVERITIES.index(parsed_args.min_severity)
         return AUDIT_COLUMNS, [
             (f.host, str(f.address), f.severity, f.kind.value, f.message)
@@ -337,7 +371,11 @@ class Audit(lister.Lister):
 
     def run(self, parsed_args: argparse.Namespace) -> int:
         result = super().run(parsed_args)
-        return 1 if self.conflicts and not result else int(result)
+        if result:
+            return result
+        if self.conflicts:
+            return EXIT_REFUSED
+        return EXIT_DRIFT if self.drift else EXIT_OK
 
 
 # --- move --------------------------------------------------------------------
@@ -373,12 +411,14 @@ def target(old: av_ledger.GpuAssignment, args: argparse.Namespace,
     return new
 
 
-class Move(command.Command):
+class Move(_Unreachable, command.Command):
     """Change the role of one GPU safely: drain, withdraw, change, offer.
 
     Runs the steps that can run now and says where it waits; run it again
-    to continue. Exit status 0 when done, 1 when refused (the GPU is in
-    use), 75 while waiting for a side or the host.
+    to continue. Exit status: 0 done; 1 refused (the GPU is in use) or
+    another error; 69 Placement, Nova or the Kubernetes API unreachable
+    (the step was not recorded: run again when it is back); 75 waiting for
+    a side or the host.
     """
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
@@ -467,7 +507,7 @@ class Move(command.Command):
         out.write('%s\n' % result.message)
         if result.status is pool_move.Status.REFUSED:
             out.write('nothing was changed; state in %s\n' % state)
-            return 1
+            return EXIT_REFUSED
         if result.status is pool_move.Status.WAITING:
             out.write('waiting at step %s; run the same command again to '
                       'continue (state in %s)\n' % (

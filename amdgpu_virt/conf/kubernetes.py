@@ -260,7 +260,9 @@ kubernetes_opts: list[cfg.Opt] = [
              'Possible values:\n\n'
              '* unset: serve plain HTTP (tests only; the API server '
              'requires HTTPS)\n'
-             '* a path, usually mounted from a TLS secret\n\n'
+             '* a path, usually mounted from a TLS secret; when the file '
+             'changes (a rotated secret) new connections get the new '
+             'certificate, without a restart\n\n'
              'Related options:\n\n'
              '* webhook_key_file\n'),
     cfg.StrOpt(
@@ -270,6 +272,74 @@ kubernetes_opts: list[cfg.Opt] = [
              '* a path, usually mounted from a TLS secret\n\n'
              'Related options:\n\n'
              '* webhook_cert_file\n'),
+    cfg.IntOpt(
+        'http_max_connections', default=1024, min=16, max=65536,
+        help='Connections each HTTP server of the Kubernetes side (webhook, '
+             'scheduler extender, metrics) holds open at most. At the '
+             'limit, the connection that waited longest without a request '
+             'in progress is closed to admit the new one, so idle clients '
+             'cannot lock out the API server or kube-scheduler.\n\n'
+             'Possible values:\n\n'
+             '* 16 to 65536; keep it below the open-file limit of the '
+             'process\n\n'
+             'Related options:\n\n'
+             '* http_idle_timeout\n'),
+    cfg.IntOpt(
+        'http_workers', default=8, min=1, max=256,
+        help='Threads that run complete requests in each HTTP server; '
+             'reading requests and TLS handshakes never take a thread.\n\n'
+             'Possible values:\n\n'
+             '* 1 to 256\n\n'
+             'Related options:\n\n'
+             '* http_max_queue\n'),
+    cfg.IntOpt(
+        'http_max_queue', default=64, min=0, max=10000,
+        help='Complete requests that may wait for a worker; beyond this '
+             'a request is answered 503 at once.\n\n'
+             'Possible values:\n\n'
+             '* 0 to 10000\n\n'
+             'Related options:\n\n'
+             '* http_workers\n'),
+    cfg.IntOpt(
+        'http_max_body_bytes', default=8 * 1024 * 1024, min=1024,
+        max=256 * 1024 * 1024,
+        help='Largest request body (bytes) an HTTP server reads; a larger '
+             'Content-Length is answered 413 before the body is read. An '
+             'AdmissionReview of an UPDATE carries the pod twice (the API '
+             'server caps an object at about 1.5 MiB).\n\n'
+             'Possible values:\n\n'
+             '* 1024 to 268435456\n'),
+    cfg.FloatOpt(
+        'http_handshake_timeout', default=5.0, min=0.1, max=300.0,
+        help='Seconds a client has to complete the TLS handshake.\n\n'
+             'Possible values:\n\n'
+             '* 0.1 to 300\n'),
+    cfg.FloatOpt(
+        'http_request_timeout', default=10.0, min=0.1, max=300.0,
+        help='Seconds a client has to send a whole request (head and '
+             'body) once its first byte arrived, and to send the first '
+             'request on a new connection; a slower client gets 408 and '
+             'is disconnected.\n\n'
+             'Possible values:\n\n'
+             '* 0.1 to 300; the API server gives a webhook at most 30 '
+             'seconds in all\n\n'
+             'Related options:\n\n'
+             '* http_idle_timeout\n'),
+    cfg.FloatOpt(
+        'http_idle_timeout', default=60.0, min=0.1, max=3600.0,
+        help='Seconds a kept-alive connection may wait for its next '
+             'request.\n\n'
+             'Possible values:\n\n'
+             '* 0.1 to 3600\n\n'
+             'Related options:\n\n'
+             '* http_request_timeout, http_max_connections\n'),
+    cfg.FloatOpt(
+        'http_handler_timeout', default=30.0, min=0.1, max=600.0,
+        help='Seconds a request may take to be answered once read; a '
+             'slower one is answered 503 (its work finishes in the '
+             'background).\n\n'
+             'Possible values:\n\n'
+             '* 0.1 to 600\n'),
 ]
 
 

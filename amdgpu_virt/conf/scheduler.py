@@ -17,19 +17,67 @@ scheduler_opts: list[cfg.Opt] = [
         help='Address the extender listens on.\n\n'
              'Possible values:\n\n'
              '* 127.0.0.1: only kube-scheduler in the same pod reaches it '
-             '(probes then need the pod address, see the deployment '
-             'guide)\n'
-             '* 0.0.0.0 or another address\n\n'
+             '(kubelet probes and Prometheus use metrics_port)\n'
+             '* 0.0.0.0 or another address: for other layouts; then set '
+             'cert_file, key_file and client_ca_file so that only '
+             'kube-scheduler may call filter and bind\n\n'
              'Related options:\n\n'
-             '* port\n'),
+             '* port, metrics_port, cert_file, client_ca_file\n'),
     cfg.PortOpt(
         'port', default=8888,
-        help='Port of the extender (plain HTTP; the KubeSchedulerConfiguration'
-             ' urlPrefix names it).\n\n'
+        help='Port of the extender (HTTP, or HTTPS with cert_file; the '
+             'KubeSchedulerConfiguration urlPrefix names it).\n\n'
              'Possible values:\n\n'
              '* a TCP port; 0 picks a free one (tests)\n\n'
              'Related options:\n\n'
              '* host\n'),
+    cfg.StrOpt(
+        'cert_file',
+        help='PEM certificate of the extender, to serve HTTPS instead of '
+             'HTTP (for layouts where kube-scheduler is not in the same '
+             'pod). Reloaded for new connections when the file changes.'
+             '\n\nPossible values:\n\n'
+             '* unset: plain HTTP (the default, with host 127.0.0.1)\n'
+             '* a path, usually mounted from a TLS secret\n\n'
+             'Related options:\n\n'
+             '* key_file, client_ca_file\n'),
+    cfg.StrOpt(
+        'key_file',
+        help='PEM private key of cert_file.\n\n'
+             'Possible values:\n\n'
+             '* a path; required with cert_file\n\n'
+             'Related options:\n\n'
+             '* cert_file\n'),
+    cfg.StrOpt(
+        'client_ca_file',
+        help='PEM CA certificates that sign the client certificate '
+             'kube-scheduler presents (the KubeSchedulerConfiguration '
+             'extender tlsConfig certFile/keyFile); a client without a '
+             'valid certificate is refused in the TLS handshake.\n\n'
+             'Possible values:\n\n'
+             '* unset: no client authentication\n'
+             '* a path; requires cert_file\n\n'
+             'Related options:\n\n'
+             '* cert_file\n'),
+    cfg.HostAddressOpt(
+        'metrics_host', default='0.0.0.0',  # noqa: S104
+        help='Address of the extender\'s second listener, which serves '
+             'only GET /healthz, /readyz and /metrics: kubelet probes and '
+             'Prometheus reach it on the pod address while the extender '
+             'port stays on 127.0.0.1.\n\n'
+             'Possible values:\n\n'
+             '* an IP address or host name\n\n'
+             'Related options:\n\n'
+             '* metrics_port\n'),
+    cfg.IntOpt(
+        'metrics_port', default=8889, min=-1, max=65535,
+        help='Port of the probe and metrics listener.\n\n'
+             'Possible values:\n\n'
+             '* -1: no such listener (probes and metrics only on port)\n'
+             '* 0: a free port (tests)\n'
+             '* a TCP port\n\n'
+             'Related options:\n\n'
+             '* metrics_host, port\n'),
     cfg.StrOpt(
         'node_scheduler_policy', default='binpack',
         choices=[('binpack', 'the busiest node that fits'),

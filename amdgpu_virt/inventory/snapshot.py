@@ -26,6 +26,7 @@ from typing import Any
 from oslo_config import cfg
 
 from amdgpu_virt import exception
+from amdgpu_virt import fileutil
 from amdgpu_virt import serialize
 from amdgpu_virt import yamlutil
 from amdgpu_virt.inventory import base
@@ -91,10 +92,11 @@ def loads(text: str, source: str) -> HostInventory:
     """
     if text.lstrip().startswith('{'):
         try:
-            document = json.loads(text, object_pairs_hook=_no_duplicates)
-        except ValueError as err:
-            raise exception.SnapshotError(
-                path=source, reason='not valid JSON: %s' % err) from None
+            document = yamlutil.load_json(text, source,
+                                          object_pairs_hook=_no_duplicates)
+        except exception.AmdgpuVirtError as err:
+            raise exception.SnapshotError(path=source,
+                                          reason=str(err)) from None
     else:
         try:
             document = yamlutil.load(text, source)
@@ -110,12 +112,14 @@ def load(path: str) -> HostInventory:
     :raises SnapshotError: unreadable, or not a snapshot (naming the field).
     """
     try:
-        with open(path, encoding='utf-8') as handle:
-            text = handle.read()
-    except (OSError, UnicodeDecodeError) as err:
+        text = fileutil.read_text(path, 'snapshot')
+    except exception.FileInputError as err:
         raise exception.SnapshotError(
-            path=path, reason='cannot read: %s' % (
-                getattr(err, 'strerror', None) or err)) from None
+            path=path, reason='cannot read: %s' % err.kwargs.get('reason')
+        ) from None
+    if text is None:
+        raise exception.SnapshotError(path=path,
+                                      reason='cannot read: no such file')
     return loads(text, path)
 
 

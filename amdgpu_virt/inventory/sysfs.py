@@ -48,6 +48,7 @@ from oslo_config import cfg
 
 from amdgpu_virt import catalog
 from amdgpu_virt import exception
+from amdgpu_virt import fileutil
 from amdgpu_virt.inventory import base
 from amdgpu_virt.inventory import layout
 from amdgpu_virt.inventory import sysfsparse as parse
@@ -138,13 +139,12 @@ class _Scan:
             err.kwargs.get('value'), err.kwargs.get('reason')))
 
     def read(self, path: str) -> bytes | None:
-        """Content of ``path``; None (and a warning) if unreadable."""
+        """Content of ``path``; None (and a warning) if unreadable, not a
+        regular file (a FIFO, socket or device planted in the tree); the
+        first page of a larger file."""
         try:
-            fd = os.open(path, os.O_RDONLY)
-            try:
-                return os.read(fd, _MAX_BYTES)
-            finally:
-                os.close(fd)
+            return fileutil.read_bytes(path, 'sysfs value', _MAX_BYTES,
+                                      truncate=True)
         except FileNotFoundError:
             parent = os.path.dirname(path)
             if os.path.islink(path):
@@ -153,8 +153,8 @@ class _Scan:
                 self.warn(parent, 'dangling link to %s' % _readlink(parent))
             else:
                 self.warn(path, 'missing')
-        except OSError as err:
-            self.warn(path, 'unreadable: %s' % (err.strerror or err))
+        except exception.FileInputError as err:
+            self.warn(path, 'unreadable: %s' % err.kwargs.get('reason'))
         return None
 
     def value(self, parser: Callable[..., _T], path: str,

@@ -26,7 +26,6 @@ import http.server
 import json
 import logging
 import re
-import threading
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -35,6 +34,7 @@ import prometheus_client
 
 from amdgpu_virt import exception
 from amdgpu_virt.k8s import fit
+from amdgpu_virt.k8s import httpserver
 from amdgpu_virt.k8s import nodelock
 from amdgpu_virt.k8s import pods
 from amdgpu_virt.k8s import schedcache
@@ -390,7 +390,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     # headers and body go out in two writes: without this, Nagle's
     # algorithm and the client's delayed ACK add ~40 ms to small answers
     disable_nagle_algorithm = True
-    server: _ExtenderServer
+    server: _ExtenderServer  # type: ignore[assignment]
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
         LOG.debug('extender %s - %s', self.address_string(), format % args)
@@ -432,10 +432,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self._json(404, {'error': 'no such path %s' % self.path})
             return
         try:
-            length = int(self.headers.get('Content-Length') or 0)
-            args = json.loads(self.rfile.read(length) or b'null')
-        except ValueError as err:
-            body: Any = {'Error': 'request body is not JSON: %s' % err}
+            args = httpserver.read_json(self)
+        except exception.HttpRequestError as err:
+            body: Any = {'Error': str(err)}
             if verb == 'filter':
                 body.update(NodeNames=None, FailedNodes={})
             self._json(400 if verb == 'prioritize' else 200, body)
@@ -449,17 +448,44 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self._json(500, {'Error': 'internal error: %s' % err})
 
 
-class _ExtenderServer(http.server.ThreadingHTTPServer):
-    daemon_threads = True
+class _ProbeHandler(_Handler):
+    """Only the GET paths: probes and metrics on the pod address."""
+
+    def do_POST(self) -> None:
+        self._json(404, {'error': 'no such path %s' % self.path})
+
+
+class _ExtenderServer(httpserver.Server):
     extender: Extender
 
 
 def make_server(extender: Extender, host: str = '127.0.0.1',
-                port: int = 0) -> _ExtenderServer:
-    """An HTTP server for the extender; call ``serve_forever``."""
-    server = _ExtenderServer((host, port), _Handler)
+                port: int = 0, limits: httpserver.Limits | None = None,
+                tls: httpserver.TlsFiles | None = None,
+                probes_only: bool = False) -> _ExtenderServer:
+    """An HTTP(S) server for the extender; call ``serve_forever``.
+
+    :param probes_only: serve only ``GET /healthz``, ``/readyz`` and
+        ``/metrics`` (the listener on the pod address).
+    """
+    server = _ExtenderServer(_ProbeHandler if probes_only else _Handler,
+                             host, port, limits, tls,
+                             name='metrics' if probes_only else 'extender')
     server.extender = extender
     return server
+
+
+def _tls(group: Any) -> httpserver.TlsFiles | None:
+    """:raises ConfigError: an incomplete or unloadable TLS setting."""
+    if not (group.cert_file or group.key_file or group.client_ca_file):
+        return None
+    if not (group.cert_file and group.key_file):
+        raise exception.ConfigError(
+            option='[scheduler] cert_file/key_file',
+            reason='set both (client_ca_file needs them too)')
+    return httpserver.TlsFiles(
+        group.cert_file, group.key_file, group.client_ca_file,
+        option='[scheduler] cert_file/key_file/client_ca_file')
 
 
 class Service:
@@ -501,32 +527,50 @@ class Service:
         self.watchers = watching.watchers(
             self.cache, core_api, group.watch_timeout,
             after_list=watching.settle_memory)
+        limits = httpserver.Limits.from_conf(conf)
+        self.servers: list[_ExtenderServer] = []
         try:
-            self.server = make_server(self.extender, group.host, group.port)
+            self.server = make_server(self.extender, group.host, group.port,
+                                      limits, _tls(group))
+            self.servers.append(self.server)
+            if group.metrics_port >= 0:
+                self.servers.append(make_server(
+                    self.extender, group.metrics_host, group.metrics_port,
+                    limits, probes_only=True))
         except OSError as err:
-            raise exception.ConfigError(option='[scheduler] host/port',
-                                        reason=str(err)) from None
-        self._thread: threading.Thread | None = None
+            for server in self.servers:
+                server.server_close()
+            raise exception.ConfigError(
+                option='[scheduler] host/port/metrics_host/metrics_port',
+                reason=str(err)) from None
 
     @property
     def address(self) -> tuple[str, int]:
         host, port = self.server.server_address[:2]
         return str(host), int(port)
 
+    @property
+    def metrics_address(self) -> tuple[str, int] | None:
+        """The probe and metrics listener's address (None: none)."""
+        if len(self.servers) < 2:
+            return None
+        host, port = self.servers[1].server_address[:2]
+        return str(host), int(port)
+
     def start(self) -> Service:
         for watcher in self.watchers:
             watcher.start()
-        self._thread = threading.Thread(target=self.server.serve_forever,
-                                        daemon=True, name='extender')
-        self._thread.start()
-        LOG.info('Scheduler extender listening on %s:%d', *self.address)
+        for server in self.servers:
+            server.start()
+        LOG.info('Scheduler extender listening on %s:%d (%s)', *self.address,
+                 'HTTPS' if self.server.tls else 'HTTP')
+        if self.metrics_address:
+            LOG.info('Probes and metrics on %s:%d', *self.metrics_address)
         return self
 
     def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        for server in self.servers:
+            server.shutdown()
+            server.server_close()
         for watcher in self.watchers:
             watcher.stop()
-        if self._thread is not None:
-            self._thread.join(timeout=10)
-            self._thread = None

@@ -183,7 +183,7 @@ def _salvage(name: str, value: str) -> tuple[hami.DeviceInfo, ...] | None:
     """The readable entries of a JSON registration with bad ones."""
     try:
         entries = json.loads(value)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     if not isinstance(entries, list):
         return None

@@ -66,6 +66,7 @@ from kubernetes import client as k8s_client_lib
 
 from amdgpu_virt import exception
 from amdgpu_virt.k8s import admission
+from amdgpu_virt.k8s import httpserver
 from amdgpu_virt.k8s import intent as pod_intent
 from amdgpu_virt.k8s import webhookapi
 from amdgpu_virt.policy import engine as policy_engine
@@ -294,7 +295,8 @@ def review(admission_review: Mapping[str, Any], policy: WebhookPolicy,
 # --- HTTP -------------------------------------------------------------------
 
 class _Handler(http.server.BaseHTTPRequestHandler):
-    server: _WebhookServer
+    protocol_version = 'HTTP/1.1'   # keep-alive: every answer has a length
+    server: _WebhookServer  # type: ignore[assignment]
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
         LOG.debug('webhook %s - %s', self.address_string(), format % args)
@@ -318,8 +320,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self._send(404, {'error': 'no such path %s' % self.path})
             return
         try:
-            length = int(self.headers.get('Content-Length') or 0)
-            body = json.loads(self.rfile.read(length) or b'null')
+            body = httpserver.read_json(self)
             labels = None
             request = body.get('request') if isinstance(body, dict) else None
             namespace = request.get('namespace') if isinstance(
@@ -339,15 +340,15 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                     return
             self._send(200, review(body, self.server.policy, labels,
                                    self.server.intent, self.server.events))
-        except (ValueError, exception.AdmissionReviewError) as err:
+        except (ValueError, exception.AdmissionReviewError,
+                exception.HttpRequestError) as err:
             self._send(400, {'error': str(err)})
         except Exception as err:  # answer rather than drop the connection
             LOG.exception('webhook failed on %s', self.path)
             self._send(500, {'error': 'internal error: %s' % err})
 
 
-class _WebhookServer(http.server.ThreadingHTTPServer):
-    daemon_threads = True
+class _WebhookServer(httpserver.Server):
     policy: WebhookPolicy
     namespace_labels: NamespaceLabels | None
     intent: admission.IntentPolicy | None
@@ -360,7 +361,8 @@ def make_server(policy: WebhookPolicy, host: str = '127.0.0.1',
                 intent: admission.IntentPolicy | None = None,
                 events: EventSink | None = None,
                 cert_file: str | None = None,
-                key_file: str | None = None) -> _WebhookServer:
+                key_file: str | None = None,
+                limits: httpserver.Limits | None = None) -> _WebhookServer:
     """An HTTP(S) server for ``POST /webhook``; call ``serve_forever``.
 
     :param namespace_labels: namespace name -> labels (e.g.
@@ -369,16 +371,21 @@ def make_server(policy: WebhookPolicy, host: str = '127.0.0.1',
     :param intent: turns ``gpu.amd.com/workload`` into resources (None:
         such pods are denied).
     :param events: records intent decisions as Events.
+    :param cert_file: serve HTTPS with this certificate and ``key_file``,
+        reloaded when they change (:class:`.httpserver.TlsFiles`).
+    :raises ConfigError: the certificate does not load.
+    :raises OSError: the address cannot be bound.
     """
-    server = _WebhookServer((host, port), _Handler)
+    tls = httpserver.TlsFiles(
+        cert_file, key_file or cert_file,
+        option='[kubernetes] webhook_cert_file/webhook_key_file') \
+        if cert_file else None
+    server = _WebhookServer(_Handler, host, port, limits, tls,
+                            name='webhook')
     server.policy = policy
     server.namespace_labels = namespace_labels
     server.intent = intent
     server.events = events
-    if cert_file:
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        context.load_cert_chain(cert_file, key_file)
-        server.socket = context.wrap_socket(server.socket, server_side=True)
     return server
 
 
@@ -434,7 +441,8 @@ def from_conf(conf: Any, core_api: Any | None = None) -> _WebhookServer:
                         getattr(core_api, 'api_client', None)))),
             events=webhookapi.EventRecorder(core_api),
             cert_file=group.webhook_cert_file,
-            key_file=group.webhook_key_file)
+            key_file=group.webhook_key_file,
+            limits=httpserver.Limits.from_conf(conf))
     except (OSError, ssl.SSLError) as err:
         raise exception.ConfigError(
             option='[kubernetes] webhook_host/webhook_port/webhook_cert_file',

@@ -60,7 +60,7 @@ class PlacementReader:
                                         microversion=MICROVERSION,
                                         raise_exc=False)
         except Exception as err:  # keystoneauth connection errors
-            raise exception.PlacementError(
+            raise exception.PlacementUnreachable(
                 request='GET %s' % path, reason='%s: %s' % (
                     type(err).__name__, err)) from None
         if ok_missing and response.status_code == 404:

@@ -35,6 +35,7 @@ from typing import Protocol
 
 from amdgpu_virt import exception
 from amdgpu_virt import fileutil
+from amdgpu_virt import yamlutil
 from amdgpu_virt.ledger import Ledger
 from amdgpu_virt.model import HostInventory
 from amdgpu_virt.model import Role
@@ -177,22 +178,69 @@ def _diff(relpath: str, old: str | None, new: str | None) -> str:
 
 
 def _load_manifest(output_dir: str) -> set[str]:
-    text = fileutil.read_text(os.path.join(output_dir, MANIFEST))
+    path = os.path.join(output_dir, MANIFEST)
+    text = fileutil.read_text(path, 'apply manifest')
     if text is None:
         return set()
     try:
-        files = json.loads(text)['files']
+        files = yamlutil.load_json(text, path)['files']
         return {str(f) for f in files}
-    except (ValueError, KeyError, TypeError) as err:
+    except (exception.AmdgpuVirtError, KeyError, TypeError) as err:
         raise exception.AmdgpuVirtError(
             'cannot read %s: %s' % (os.path.join(output_dir, MANIFEST),
                                     err)) from None
+
+
+def _write_manifest(output_dir: str, files: set[str]) -> None:
+    fileutil.atomic_write(os.path.join(output_dir, MANIFEST),
+                          json.dumps({'files': sorted(files)}, indent=1) +
+                          '\n', 0o644)
+
+
+def _remove(path: str) -> None:
+    try:
+        os.remove(path)
+    except FileNotFoundError:
+        pass
+    except OSError as err:
+        raise exception.AmdgpuVirtError('cannot remove %s: %s' % (
+            path, err.strerror)) from None
+
+
+def _prune(output_dir: str, relpaths: Iterable[str]) -> None:
+    """Remove what an interrupted run may have left beside ``relpaths``:
+    temporary files of :func:`fileutil.atomic_write` and directories left
+    empty."""
+    root = os.path.abspath(output_dir)
+    directories = {os.path.dirname(os.path.join(root, r)) for r in relpaths}
+    directories.add(root)
+    for directory in sorted(directories, key=len, reverse=True):
+        try:
+            names = os.listdir(directory)
+        except OSError:
+            continue
+        for name in names:
+            if name.startswith(fileutil.TEMP_PREFIX) and name != MANIFEST:
+                _remove(os.path.join(directory, name))
+        while directory != root and directory.startswith(root + os.sep):
+            try:
+                os.rmdir(directory)   # only when empty
+            except OSError:
+                break
+            directory = os.path.dirname(directory)
 
 
 def apply_files(output_dir: str, rendered: Iterable[OutputFile],
                 scope: Callable[[str], bool] = lambda relpath: True,
                 dry_run: bool = False) -> ApplyReport:
     """Make ``output_dir`` hold ``rendered``.
+
+    A run that is interrupted (killed, a full disk) and then run again,
+    with the same ledger or an older one, converges to exactly what that
+    ledger renders: before any file is written, the record lists every
+    file this run may leave behind (the previous ones and the rendered
+    ones), so the next run removes those it does not render, with the
+    temporary files and empty directories an interruption leaves.
 
     :param scope: which previously written files this run owns (those
         outside it, e.g. other hosts with ``--host``, are left alone).
@@ -201,9 +249,14 @@ def apply_files(output_dir: str, rendered: Iterable[OutputFile],
     """
     report = ApplyReport()
     previous = _load_manifest(output_dir)
-    current: set[str] = set()
-    for item in sorted(rendered):
-        current.add(item.relpath)
+    items = sorted(rendered)
+    current = {item.relpath for item in items}
+    recorded = previous
+    if not dry_run and not current <= previous:
+        # write-ahead: a file is recorded before it exists
+        recorded = previous | current
+        _write_manifest(output_dir, recorded)
+    for item in items:
         path = os.path.join(output_dir, item.relpath)
         old = fileutil.read_text(path)
         if old == item.content:
@@ -213,7 +266,8 @@ def apply_files(output_dir: str, rendered: Iterable[OutputFile],
         report.diffs.append(_diff(item.relpath, old, item.content))
         if not dry_run:
             fileutil.atomic_write(path, item.content, item.mode)
-    for relpath in sorted(p for p in previous - current if scope(p)):
+    stale = sorted(p for p in previous - current if scope(p))
+    for relpath in stale:
         path = os.path.join(output_dir, relpath)
         old = fileutil.read_text(path)
         if old is None:
@@ -221,15 +275,13 @@ def apply_files(output_dir: str, rendered: Iterable[OutputFile],
         report.removed.append(relpath)
         report.diffs.append(_diff(relpath, old, None))
         if not dry_run:
-            try:
-                os.remove(path)
-            except OSError as err:
-                raise exception.AmdgpuVirtError('cannot remove %s: %s' % (
-                    path, err.strerror)) from None
+            _remove(path)
+    if dry_run:
+        return report
+    _prune(output_dir, sorted(previous | current))
     kept = {p for p in previous if not scope(p)} | current
-    if not dry_run and kept != previous:
-        fileutil.atomic_write(os.path.join(output_dir, MANIFEST),
-               json.dumps({'files': sorted(kept)}, indent=1) + '\n', 0o644)
+    if kept != recorded:
+        _write_manifest(output_dir, kept)
     return report
 
 

@@ -37,6 +37,7 @@ from typing import Any, Protocol
 
 from amdgpu_virt import exception
 from amdgpu_virt import fileutil
+from amdgpu_virt import yamlutil
 from amdgpu_virt.ledger import GpuAssignment
 from amdgpu_virt.model import PciAddress
 from amdgpu_virt.model import Role
@@ -171,8 +172,9 @@ class Move:
         if not os.path.exists(self.path):
             return []
         try:
-            with open(self.path, encoding='utf-8') as handle:
-                data = json.load(handle)
+            data = yamlutil.load_json(
+                fileutil.read_text(self.path, 'move state file') or '',
+                'move state file %s' % self.path)
             if data.get('version') != STATE_VERSION:
                 raise ValueError('version %r' % data.get('version'))
             if data.get('move') != self._identity():
@@ -184,7 +186,14 @@ class Move:
             history = [StepRecord(Step(r['step']), r['outcome'], r['at'],
                                   r.get('note', ''))
                        for r in data.get('history', [])]
-        except (OSError, ValueError, KeyError, TypeError) as err:
+        except (exception.FileInputError, ValueError, KeyError, TypeError,
+                AttributeError) as err:
+            raise exception.UnsafeRoleChange(
+                gpu=self.gpu, reason='state file %s is unreadable: %s'
+                % (self.path, err)) from None
+        except exception.UnsafeRoleChange:
+            raise
+        except exception.AmdgpuVirtError as err:   # not JSON, too deep
             raise exception.UnsafeRoleChange(
                 gpu=self.gpu, reason='state file %s is unreadable: %s'
                 % (self.path, err)) from None

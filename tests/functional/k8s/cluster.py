@@ -115,6 +115,7 @@ class Cluster(fixtures.Fixture):
                             self.units[name], 10).sync_once()
         conf = conf_pkg.new_conf()
         conf.set_override('port', 0, group='scheduler')
+        conf.set_override('metrics_port', 0, group='scheduler')
         conf.set_override('watch_timeout', 30, group='scheduler')
         for (group, option), value in self.overrides.items():
             conf.set_override(option, value, group=group)

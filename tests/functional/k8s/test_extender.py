@@ -296,7 +296,7 @@ class SchedulerCommandTest(testtools.TestCase):
         config = os.path.join(directory, 'amdgpu-virt.conf')
         with open(config, 'w') as stream:
             stream.write('[kubernetes]\nkubeconfig = %s\n\n[scheduler]\n'
-                         'host = 127.0.0.1\nport = %d\n'
+                         'host = 127.0.0.1\nport = %d\nmetrics_port = 0\n'
                          % (kube.write_kubeconfig(directory), port))
         log = os.path.join(directory, 'log')
         with open(log, 'w') as output:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import socket
 import shutil
 import unittest
 import uuid
@@ -26,6 +27,7 @@ from amdgpu_virt import conf as conf_pkg
 from amdgpu_virt import ledger as av_ledger
 from amdgpu_virt import yamlutil
 from amdgpu_virt.cmd import main as av_main
+from amdgpu_virt.cmd import pool as cmd_pool
 from amdgpu_virt.inventory import simulate
 from amdgpu_virt.inventory import snapshot
 from amdgpu_virt.k8s import agent
@@ -306,14 +308,15 @@ class TestAudit(PoolTestCase):
                          self.kinds(report, self.k8s_host, GPU0))
 
     def test_drift_and_one_sided_audit(self):
-        # nothing is offered anywhere: stranded capacity, no conflict
+        # nothing is offered anywhere: stranded capacity, no conflict:
+        # drift, with its own exit status
         rc, report, _stderr = self.audit()
-        self.assertEqual(0, rc)
+        self.assertEqual(cmd_pool.EXIT_DRIFT, rc)
         self.assertEqual(['not-offered'], self.kinds(report))
         self.assertEqual(4, report['stranded'])
         # a deployment without Kubernetes: its GPUs are not reported
         rc, report, _stderr = self.audit('--no-k8s')
-        self.assertEqual(0, rc)
+        self.assertEqual(cmd_pool.EXIT_DRIFT, rc)
         self.assertEqual(['nova'], report['sides'])
         self.assertEqual({self.vm_host},
                          {f['host'] for f in report['findings']})
@@ -323,7 +326,7 @@ class TestAudit(PoolTestCase):
                         ledgermap.Location('kube-system',
                                            'amdgpu-virt-ledger'))
         rc, report, stderr = self.audit()
-        self.assertEqual(0, rc)
+        self.assertEqual(cmd_pool.EXIT_DRIFT, rc)   # stranded, no conflict
         self.assertIn('configmap kube-system/amdgpu-virt-ledger holds '
                       'another ledger', stderr)
         self.assertEqual(1, len(report['warnings']))
@@ -535,7 +538,9 @@ class TestMove(PoolTestCase):
                 {'hostname': self.vm_host, 'gpus': 2,
                  'gpu_modes': ['gim-cpx', 'spx']}]}))
         rc, report, _stderr = self.audit()
-        self.assertEqual(0, rc, report)
+        # the other host's k8s GPUs are stranded (drift), no conflict
+        self.assertEqual(cmd_pool.EXIT_DRIFT, rc, report)
+        self.assertEqual(0, report['conflicts'])
         self.assertEqual([], self.kinds(report, self.vm_host, GPU1))
         # done: the same command again changes nothing
         state = os.path.join(self.tmp, 'state',
@@ -753,3 +758,83 @@ class TestMoveLiveHost(PoolTestCase):
         self.assertIn('it reads host elsewhere, not %s' % self.k8s_host,
                       stderr)
         self.assertIn('[inventory] hostname', stderr)
+
+
+def _closed_port():
+    with socket.socket() as probe:
+        probe.bind(('127.0.0.1', 0))
+        return probe.getsockname()[1]
+
+
+class TestUnreachable(PoolTestCase):
+    """Placement or the Kubernetes API gone during audit or move: a clear
+    error, its own exit status, nothing half-applied."""
+
+    move = TestMove.move
+
+    def _point(self, placement=None, kubernetes=None):
+        with open(self.conf_file, 'w') as handle:
+            handle.write('[nova]\nplacement_endpoint = %s\ntoken = admin\n'
+                         '[kubernetes]\nkubeconfig = %s\n' % (
+                             placement or self.server.url,
+                             kubernetes or self.k8s.write_kubeconfig(
+                                 self.tmp)))
+
+    def _dead_kubeconfig(self):
+        path = os.path.join(self.tmp, 'dead-kubeconfig')
+        with open(path, 'w') as handle:
+            handle.write(yamlutil.dump({
+                'apiVersion': 'v1', 'kind': 'Config',
+                'clusters': [{'name': 'c', 'cluster': {
+                    'server': 'http://127.0.0.1:%d' % _closed_port()}}],
+                'users': [{'name': 'u', 'user': {}}],
+                'contexts': [{'name': 'c', 'context': {
+                    'cluster': 'c', 'user': 'u'}}],
+                'current-context': 'c'}))
+        return path
+
+    def _tree(self):
+        found = {}
+        for directory, _dirs, files in os.walk(self.tmp):
+            for name in files:
+                path = os.path.join(directory, name)
+                with open(path, 'rb') as handle:
+                    found[path] = handle.read()
+        return found
+
+    def test_audit_statuses_are_distinct(self):
+        self.seed_nova()
+        rc, _report, _stderr = self.audit()
+        self.assertEqual(cmd_pool.EXIT_DRIFT, rc)   # k8s side stranded
+        self._point(placement='http://127.0.0.1:%d' % _closed_port())
+        rc, stdout, stderr = self.run_cli(
+            'audit', '--ledger', self.ledger_path, '--fleet', self.fleet)
+        self.assertEqual(cmd_pool.EXIT_UNREACHABLE, rc, stdout)
+        self.assertIn('Placement', stderr)
+        self.assertEqual('', stdout)
+        self._point(kubernetes=self._dead_kubeconfig())
+        rc, stdout, stderr = self.run_cli(
+            'audit', '--ledger', self.ledger_path, '--fleet', self.fleet)
+        self.assertEqual(cmd_pool.EXIT_UNREACHABLE, rc, stdout)
+        self.assertIn('Kubernetes request', stderr)
+        self.assertEqual(
+            4, len({cmd_pool.EXIT_OK, cmd_pool.EXIT_REFUSED,
+                    cmd_pool.EXIT_DRIFT, cmd_pool.EXIT_UNREACHABLE}))
+
+    def test_move_with_placement_gone_changes_nothing(self):
+        ids = self.seed_nova()
+        vm = self.allocate(ids['%s_%s' % (self.vm_host, GPU1.upper())])
+        rc, stdout, _stderr = self.move()
+        self.assertEqual(cmd_pool.EXIT_REFUSED, rc, stdout)
+        self._point(placement='http://127.0.0.1:%d' % _closed_port())
+        before = self._tree()
+        rc, stdout, stderr = self.move()
+        self.assertEqual(cmd_pool.EXIT_UNREACHABLE, rc, stdout)
+        self.assertIn('Placement', stderr)
+        self.assertEqual(before, self._tree())   # nothing half-applied
+        # Placement is back: the move goes on from where it was
+        self._point()
+        self.free(vm)
+        rc, stdout, _stderr = self.move()
+        self.assertEqual(cmd_pool.EXIT_WAITING, rc, stdout)
+        self.assertIn('step stop-offering: ok', stdout)

@@ -21,9 +21,10 @@ class TestFileUtil(testtools.TestCase):
         with open(path, 'w') as handle:
             handle.write('x\n')
         self.assertEqual('x\n', fileutil.read_text(path))
-        err = self.assertRaises(exception.AmdgpuVirtError,
+        err = self.assertRaises(exception.FileInputError,
                                 fileutil.read_text, self.tmp)
-        self.assertIn('cannot read %s' % self.tmp, str(err))
+        self.assertIn('cannot read file %s: it is a directory' % self.tmp,
+                      str(err))
 
     def test_write_if_changed_creates_dirs_and_sets_mode(self):
         path = os.path.join(self.tmp, 'd', 'e', 'f.conf')

@@ -202,3 +202,75 @@ class TestMove(testtools.TestCase):
         self.assertTrue(move.needs_reboot(OLD, one_vf))
         self.assertFalse(move.needs_reboot(NEW, dedicated))
         self.assertTrue(move.needs_reboot(NEW, nps4))
+
+
+class _Flaky:
+    """Wraps a side: its ``fail_at``-th call (counted over every method)
+    raises PlacementUnreachable, as a side whose API went away would."""
+
+    def __init__(self, side, fail_at):
+        self._side = side
+        self.name = side.name
+        self.fail_at = fail_at
+        self.count = 0
+
+    def __getattr__(self, method):
+        real = getattr(self._side, method)
+
+        def call(*args):
+            self.count += 1
+            if self.count == self.fail_at:
+                raise exception.PlacementUnreachable(
+                    request='GET /resource_providers', reason='refused')
+            return real(*args)
+        return call
+
+
+class TestInterruptedAtEveryStep(testtools.TestCase):
+    """A side unreachable at each of its calls, then the move run again:
+    the same end state and history as an uninterrupted move, and never a
+    step recorded that did not happen."""
+
+    def _run_to_end(self, path, nova, k8s, host, fail_at=0):
+        flaky = _Flaky(nova, fail_at), _Flaky(k8s, fail_at + 1000)
+        outcomes = []
+        for _round in range(10):
+            work = move.Move(path, OLD, NEW,
+                             {'nova': flaky[0], 'k8s': flaky[1]}, host,
+                             clock=lambda: 't')
+            try:
+                result = work.run()
+            except exception.PlacementUnreachable:
+                outcomes.append('unreachable')
+                continue
+            outcomes.append(result.status.value)
+            if result.status is move.Status.WAITING and \
+                    result.step is move.Step.HOST_CHANGE:
+                host.state = NEW
+            if result.status is move.Status.DONE:
+                return result, outcomes, flaky[0].count
+        raise AssertionError('the move never finished: %s' % outcomes)
+
+    def test_every_interruption_converges(self):
+        def fresh():
+            root = self.useFixture(fixtures.TempDir()).path
+            return (os.path.join(root, 'move.json'),
+                    FakeSide('nova', offered=[OLD.key]), FakeSide('k8s'),
+                    FakeHost())
+
+        path, nova, k8s, host = fresh()
+        clean, _outcomes, nova_calls = self._run_to_end(path, nova, k8s,
+                                                        host)
+        self.assertGreater(nova_calls, 3)
+        expected = ([r.step for r in clean.history], nova.offered,
+                    k8s.offered, nova.calls, k8s.calls)
+        for fail_at in range(1, nova_calls + 1):
+            path, nova, k8s, host = fresh()
+            result, outcomes, _count = self._run_to_end(path, nova, k8s,
+                                                        host, fail_at)
+            self.assertIn('unreachable', outcomes, fail_at)
+            self.assertEqual(expected, (
+                [r.step for r in result.history], nova.offered, k8s.offered,
+                nova.calls, k8s.calls), (fail_at, outcomes))
+            self.assertTrue(all(r.outcome in ('ok', 'not-applicable')
+                                for r in result.history), fail_at)
