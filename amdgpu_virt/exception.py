@@ -227,6 +227,18 @@ class ExtenderRequestError(KubernetesError):
     msg_fmt = 'Invalid scheduler extender request: %(field)s: %(reason)s'
 
 
+class DraClaimError(KubernetesError):
+    msg_fmt = 'ResourceClaim %(claim)s: %(reason)s'
+
+
+class DraStateError(KubernetesError):
+    msg_fmt = 'DRA state file %(path)s: %(reason)s'
+
+
+class DraPluginError(KubernetesError):
+    msg_fmt = 'DRA plugin %(driver)s: %(reason)s'
+
+
 class NodeLockError(KubernetesError):
     msg_fmt = ('Node %(node)s: lock hami.io/mutex.lock not acquired for pod '
                '%(pod)s: %(reason)s')
