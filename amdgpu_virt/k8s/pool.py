@@ -125,9 +125,7 @@ class KubernetesPool:
         return list(json.loads(response.data).get('items') or [])
 
     def _view(self) -> consumers.ConsumerView:
-        """Pods and the DRA driver's allocated claims."""
-        return consumers.ConsumerView(self.api, [
-            dra_holders.ClaimConsumers(self.api, self.dra_driver)])
+        return dra_holders.consumer_view(self.api, self.dra_driver)
 
     def observations(self, hosts: Iterable[str] | None = None
                      ) -> tuple[list[SideObservation], list[str]]:

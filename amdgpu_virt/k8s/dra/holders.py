@@ -110,3 +110,12 @@ class ClaimConsumers:
                 problem=None if None not in gpus else
                 'a device of driver %s that maps to no GPU' % self.driver))
         return result
+
+
+def consumer_view(core_api: Any, driver: str
+                  ) -> k8s_consumers.ConsumerView:
+    """The one consumer view of the Kubernetes side: pods (bound, or chosen
+    by the extender and not bound yet) and ``driver``'s allocated claims.
+    """
+    return k8s_consumers.ConsumerView(core_api,
+                                      [ClaimConsumers(core_api, driver)])
