@@ -151,3 +151,31 @@ class PagedListTest(testtools.TestCase):
         watcher.max_pages = 3
         self.assertRaisesRegex(ValueError, 'more than 3 pages',
                                watcher._list)
+
+    def test_pages_the_fast_decoder_refuses_read_as_before(self) -> None:
+        # integers past 64 bits, NaN and lone surrogates are JSON the
+        # standard decoder reads; a page holding them lists as before,
+        # and a page that is not JSON still fails the list
+        pod = gpu_pod('p0', 'n1', 'g0,AMD,10,4:;', rv=1)
+        for extra in (b'{"big": 123456789012345678901234567890}',
+                      b'{"nan": NaN}', b'{"s": "\\ud800"}'):
+            data = b'{"metadata": {"resourceVersion": "7"}, "x": %s, ' \
+                b'"items": [%s]}' % (extra, json.dumps(pod).encode())
+
+            class Response:
+                pass
+            response = Response()
+            response.data = data  # type: ignore[attr-defined]
+            applied: list[list[dict[str, Any]]] = []
+            watcher = watching.Watcher(
+                'pods', lambda response=response, **kw: response,
+                lambda items, rv: applied.append(items),
+                lambda kind, obj: None)
+            self.assertEqual('7', watcher._list(), extra)
+            self.assertEqual([[pod]], applied)
+        response = Response()
+        response.data = b'{"items": [}'  # type: ignore[attr-defined]
+        watcher = watching.Watcher('pods', lambda **kw: response,
+                                   lambda items, rv: None,
+                                   lambda kind, obj: None)
+        self.assertRaises(ValueError, watcher._list)
