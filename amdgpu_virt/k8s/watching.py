@@ -31,8 +31,11 @@ EventFunc = Callable[[str, dict[str, Any]], None]
 
 def _loads(data: bytes | str) -> Any:
     """A list page: the fast decoder, or the standard one for what the
-    fast one refuses (integers past 64 bits, NaN), so both read the
-    same documents and fail on the same ones."""
+    fast one refuses (NaN, lone surrogates), so a page lists if and only
+    if it did before. The fast decoder reads integers past 64 bits as
+    floats; the cache reads only strings from nodes and pods (names,
+    annotations, phase, resourceVersion, capacity quantities), so no
+    answer changes."""
     try:
         return orjson.loads(data)
     except orjson.JSONDecodeError:

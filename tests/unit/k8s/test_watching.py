@@ -153,9 +153,10 @@ class PagedListTest(testtools.TestCase):
                                watcher._list)
 
     def test_pages_the_fast_decoder_refuses_read_as_before(self) -> None:
-        # integers past 64 bits, NaN and lone surrogates are JSON the
-        # standard decoder reads; a page holding them lists as before,
-        # and a page that is not JSON still fails the list
+        # NaN and lone surrogates are JSON the standard decoder reads and
+        # the fast one refuses; integers past 64 bits the fast one reads
+        # as floats: a page holding them lists as before, and a page that
+        # is not JSON still fails the list
         pod = gpu_pod('p0', 'n1', 'g0,AMD,10,4:;', rv=1)
         for extra in (b'{"big": 123456789012345678901234567890}',
                       b'{"nan": NaN}', b'{"s": "\\ud800"}'):
