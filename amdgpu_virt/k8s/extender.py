@@ -522,11 +522,13 @@ class Service:
             self.cache, core_api, locker,
             default_node_policy=group.node_scheduler_policy,
             default_gpu_policy=group.gpu_scheduler_policy)
-        # this process is the extender's own: after each list, keep the
-        # loaded objects out of the cyclic collector's full passes
+        # this process is the extender's own: pause the cyclic collector
+        # while a list is read, and after each list keep the loaded objects
+        # out of its full passes
         self.watchers = watching.watchers(
             self.cache, core_api, group.watch_timeout,
-            after_list=watching.settle_memory)
+            after_list=watching.settle_memory,
+            pause_collector=True)
         limits = httpserver.Limits.from_conf(conf)
         self.servers: list[_ExtenderServer] = []
         try:

@@ -180,3 +180,43 @@ class PagedListTest(testtools.TestCase):
                                    lambda items, rv: None,
                                    lambda kind, obj: None)
         self.assertRaises(ValueError, watcher._list)
+
+
+class CollectorPauseTest(testtools.TestCase):
+
+    def _watcher(self, seen: list[bool], **kwargs: Any) -> Any:
+        class Response:
+            data = b'{"metadata": {"resourceVersion": "3"}, "items": []}'
+        return watching.Watcher(
+            'pods', lambda **kw: Response(),
+            lambda items, rv: seen.append(gc.isenabled()),
+            lambda kind, obj: None, **kwargs)
+
+    def test_paused_only_when_asked_and_resumed(self) -> None:
+        self.assertTrue(gc.isenabled())
+        seen: list[bool] = []
+        self._watcher(seen)._list()
+        self._watcher(seen, pause_collector=True)._list()
+        self.assertEqual([True, False], seen)
+        self.assertTrue(gc.isenabled())
+        nodes, pods = watching.watchers(
+            schedcache.ClusterCache(), WatchersTest._Api(),
+            pause_collector=True)
+        self.assertTrue(nodes.pause_collector and pods.pause_collector)
+
+    def test_resumed_after_a_failed_list(self) -> None:
+        def broken(**kwargs: Any) -> Any:
+            raise OSError('connection reset')
+
+        watcher = watching.Watcher('pods', broken, lambda items, rv: None,
+                                   lambda kind, obj: None,
+                                   pause_collector=True)
+        self.assertRaises(OSError, watcher._list)
+        self.assertTrue(gc.isenabled())
+
+    def test_a_paused_collector_stays_paused(self) -> None:
+        gc.disable()
+        self.addCleanup(gc.enable)
+        with watching.collector_paused():
+            self.assertFalse(gc.isenabled())
+        self.assertFalse(gc.isenabled())
