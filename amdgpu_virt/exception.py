@@ -227,9 +227,30 @@ class ExtenderRequestError(KubernetesError):
     msg_fmt = 'Invalid scheduler extender request: %(field)s: %(reason)s'
 
 
+class DraClaimError(KubernetesError):
+    msg_fmt = 'ResourceClaim %(claim)s: %(reason)s'
+
+
+class DraStateError(KubernetesError):
+    msg_fmt = 'DRA state file %(path)s: %(reason)s'
+
+
+class DraPluginError(KubernetesError):
+    msg_fmt = 'DRA plugin %(driver)s: %(reason)s'
+
+
 class NodeLockError(KubernetesError):
     msg_fmt = ('Node %(node)s: lock hami.io/mutex.lock not acquired for pod '
                '%(pod)s: %(reason)s')
+
+
+class AllocationRecordError(KubernetesError):
+    msg_fmt = 'Allocation record %(record)s: %(reason)s'
+
+
+class NotLeader(KubernetesError):
+    msg_fmt = ('Not answering: %(reason)s; the kube-scheduler of this pod '
+               'does not hold the leader lease %(lease)s')
 
 
 class MemoryHookError(DevicePluginError):

@@ -35,6 +35,17 @@ def _until_signalled() -> threading.Event:
     return stop
 
 
+def run_until_signalled(service: Any) -> int:
+    """``service.start()``, wait for SIGTERM/SIGINT, ``service.stop()``."""
+    stop = _until_signalled()
+    service.start()
+    try:
+        stop.wait()
+    finally:
+        service.stop()
+    return 0
+
+
 class DevicePlugin(command.Command):
     """Serve the kubelet device plugin for this node's AMD GPUs.
 

@@ -60,6 +60,18 @@ def _load_ledger(path: str, inventories: sources.Inventories
 
 # --- adapters (loaded only when a side is used) ------------------------------
 
+def _dra_renderer(conf: Any) -> pool_apply.DraRenderer:
+    """The DRA ResourceSlices of a host, as the plugin would publish."""
+    from amdgpu_virt.k8s.dra import slices as dra_slices
+
+    def render(inventory: Any, ledger: Any, host: str) -> str:
+        return dra_slices.render_yaml(
+            inventory, ledger, host, conf.dra.driver_name,
+            conf.dra.partition_devices, conf.dra.memory_step_mib)
+
+    return render
+
+
 def _nova_renderer(app: Any) -> pool_apply.NovaRenderer:
     from amdgpu_virt.nova import pool as nova_pool
     return nova_pool.NovaRenderer(cmd_nova.load_backend(app))
@@ -153,7 +165,8 @@ class Apply(command.Command):
                 err.flush()
 
         rendered = pool_apply.render_all(ledger, hosts, inventories, nova,
-                                         where, configmap_text, progress)
+                                         where, configmap_text, progress,
+                                         dra=_dra_renderer(conf))
         output_dir = parsed_args.output_dir or conf.pool.output_dir
         selected = set(hosts)
         report = pool_apply.apply_files(
@@ -235,7 +248,9 @@ def collect(app: Any, ledger: av_ledger.Ledger,
         from amdgpu_virt.k8s import pool as k8s_pool
         api = _core_api(app)
         found, notes = k8s_pool.KubernetesPool(
-            api, _location(app), ledger).observations(hosts)
+            api, _location(app), ledger,
+            dra_driver=av_main.app_conf(app).dra.driver_name
+        ).observations(hosts)
         observations += found
         warnings += notes
         stored = ledgermap.read(api, _location(app))
@@ -475,7 +490,8 @@ class Move(_Unreachable, command.Command):
         if 'k8s' in needed:
             from amdgpu_virt.k8s import pool as k8s_pool
             sides['k8s'] = k8s_pool.KubernetesPool(
-                _core_api(self.app), _location(self.app), ledger)
+                _core_api(self.app), _location(self.app), ledger,
+                dra_driver=av_main.app_conf(self.app).dra.driver_name)
         host_adapter = hostchange.InventoryHost(inventories.of, ledger,
                                                 renderer, output_dir)
         work = pool_move.Move(state, old, new, sides, host_adapter)

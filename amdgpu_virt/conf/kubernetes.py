@@ -30,6 +30,17 @@ kubernetes_opts: list[cfg.Opt] = [
              'the downward API by the DaemonSet)\n'
              '* a node name\n'),
     cfg.StrOpt(
+        'namespace', default='amdgpu-virt',
+        regex=r'^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$',
+        help='The project\'s namespace: it holds the allocation records '
+             '(ConfigMaps amdgpu-virt-alloc-<node>, written by the '
+             'scheduler extender, read by the device plugin) and the '
+             'kube-scheduler leader Lease.\n\n'
+             'Possible values:\n\n'
+             '* the Helm release namespace\n\n'
+             'Related options:\n\n'
+             '* [scheduler] leader_lease\n'),
+    cfg.StrOpt(
         'resource_name', default='amd.com/gpu',
         regex=r'^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*'
               r'[A-Za-z0-9])?$',

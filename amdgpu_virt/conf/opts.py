@@ -20,6 +20,7 @@ _MODULES = (
     'kubernetes',
     'pool',
     'scheduler',
+    'dra',
 )
 
 

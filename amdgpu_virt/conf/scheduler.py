@@ -171,6 +171,52 @@ scheduler_opts: list[cfg.Opt] = [
              'extender renews it from the last version seen.\n\n'
              'Possible values:\n\n'
              '* 10 to 3600\n'),
+    cfg.StrOpt(
+        'leader_lease', default='',
+        help='Name of the kube-scheduler leader Lease (in [kubernetes] '
+             'namespace) the extender fences itself on: /filter and /bind '
+             'answer only while the kube-scheduler of this pod holds it. '
+             'The allocation records already keep two extenders from '
+             'booking the same GPU; this is a second line.\n\n'
+             'Possible values:\n\n'
+             '* empty: no fencing (one replica, or tests)\n'
+             '* the KubeSchedulerConfiguration leaderElection.resourceName, '
+             'e.g. amdgpu-virt-scheduler\n\n'
+             'Related options:\n\n'
+             '* leader_identity\n'
+             '* [kubernetes] namespace\n'),
+    cfg.StrOpt(
+        'leader_identity', default='',
+        help='Holder identity of this pod\'s kube-scheduler in the leader '
+             'Lease; a holder equal to it or starting with it and "_" '
+             'matches (kube-scheduler writes <hostname>_<uuid>).\n\n'
+             'Possible values:\n\n'
+             '* empty: the POD_NAME environment variable, else the host '
+             'name\n\n'
+             'Related options:\n\n'
+             '* leader_lease\n'),
+    cfg.FloatOpt(
+        'record_sweep_interval', default=120.0, min=1.0, max=3600.0,
+        help='Seconds between two sweeps of the allocation records that '
+             'remove the bookings of pods that are gone, finished, or '
+             'unbound for longer than node_lock_timeout.\n\n'
+             'Possible values:\n\n'
+             '* 1 to 3600\n\n'
+             'Related options:\n\n'
+             '* node_lock_timeout\n'),
+    cfg.FloatOpt(
+        'node_lock_grace', default=5.0, min=0.0, max=300.0,
+        help='Seconds after it was taken that a node lock whose pod is gone, '
+             'finished or not bound to the node counts as stale. Until '
+             'then a late Allocate for a deleted pod is refused by the '
+             'device plugin instead of being given the next pod\'s '
+             'allocation; after it, a failed bind does not hold the node '
+             'for the whole node_lock_timeout.\n\n'
+             'Possible values:\n\n'
+             '* 0 to 300; keep it below node_lock_wait\n\n'
+             'Related options:\n\n'
+             '* node_lock_timeout\n'
+             '* node_lock_wait\n'),
 ]
 
 

@@ -41,6 +41,8 @@ SWITCH_PORT_IDS = (0x1000, 0xc030)
 BRIDGE_CLASS = 0x060400
 VGA_CLASS = 0x030000
 DRM_MAJOR = layout.DRM_MAJOR
+#: /dev/kfd's major is dynamic; one seen on ROCm hosts
+KFD_MAJOR = 237
 #: VF routing id offset and stride: VF i of PF BB:00.0 is BB:02.i
 SRIOV_OFFSET = 16
 SRIOV_STRIDE = 1
@@ -297,6 +299,7 @@ class _HostWriter:
         tree = self.tree
         topology = layout.KFD_TOPOLOGY
         tree.link(layout.KFD_CLASS, layout.KFD_DEVICE)
+        tree.write(layout.KFD_DEVICE + '/' + layout.DEV, '%d:0' % KFD_MAJOR)
         tree.write(topology + '/' + layout.GENERATION_ID, 1)
         tree.write(topology + '/' + layout.SYSTEM_PROPERTIES,
                    'platform_oem 0\nplatform_id 0\nplatform_rev 0')

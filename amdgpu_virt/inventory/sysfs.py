@@ -675,3 +675,24 @@ class SysfsInventory(base.InventoryDriver):
             directory is missing or unreadable, or lists no AMD GPU).
         """
         return _Scan(self.root).scan(self.hostname)
+
+
+def device_number(root: str, device_class: str, name: str
+                  ) -> tuple[int, int]:
+    """(major, minor) of the character device ``name`` of a class.
+
+    Read from ``<root>/class/<device_class>/<name>/dev`` (``226:128``), as
+    for ``drm``/``renderD128`` or ``kfd``/``kfd``.
+
+    :raises InventoryError: naming the file when it is missing or bad.
+    """
+    path = os.path.join(root, 'class', device_class, name, 'dev')
+    try:
+        with open(path, 'rb') as handle:
+            raw = handle.read(64)
+        major, minor = raw.decode('ascii').strip().split(':')
+        return int(major), int(minor)
+    except (OSError, UnicodeDecodeError, ValueError) as err:
+        raise exception.InventoryError(
+            source=path, reason='no device number (%s)' % (
+                getattr(err, 'strerror', None) or err)) from None

@@ -20,6 +20,7 @@ from oslo_config import cfg
 
 from amdgpu_virt import exception
 from amdgpu_virt.k8s import consumers
+from amdgpu_virt.k8s.dra import holders as dra_holders
 from amdgpu_virt.k8s import pods
 from amdgpu_virt.k8s import schedcache
 from amdgpu_virt.model import PciAddress
@@ -79,7 +80,8 @@ class KubernetesBackend:
         withdrawn, or the registration is unreadable) may be on this GPU:
         it counts as a consumer (fail closed).
         """
-        return consumers.ConsumerView(self.api).of_gpu(
+        return dra_holders.consumer_view(
+            self.api, self.conf.dra.driver_name).of_gpu(
             host, address, self._node(host),
             self.conf.kubernetes.resource_name)
 

@@ -11,11 +11,15 @@ either, serves a fresh socket and registers again.
 Allocate works in one of two modes. Without a pod source, every device ID
 names a distinct GPU, which the container gets whole, with ``/dev/kfd``,
 its DRM nodes and the ROCr environment. With a pod source (pods scheduled
-by a HAMi-compatible extender), the GPUs, CU counts and memory come from
-the pod's HAMi annotations (see :mod:`amdgpu_virt.k8s.sharedalloc`): the
-container also gets ``HSA_CU_MASK``, memory limits and the ``LD_AUDIT``
-library, the pod's ``hami.io/amd-cu-allocated`` and bind phase are
-written and the node lock is released.
+by the extender), the GPUs, CU ranges and memory come from the node's
+allocation record, never from pod annotations (see
+:mod:`amdgpu_virt.k8s.sharedalloc`): only a live pod bound here that the
+record holds is served, with exactly its grants (``HSA_CU_MASK``, memory
+limits, the ``LD_AUDIT`` library); a record that over-commits a GPU is
+refused whole (fail closed). What was served is checkpointed next to the
+plugin socket before the answer leaves, so a kubelet retry or a plugin
+restart gets the same answer. The pod's HAMi annotations are then written
+as a mirror and the node lock is released.
 
 With a role ledger (:mod:`amdgpu_virt.k8s.noderoles`, read again every
 ``[kubernetes] registration_interval`` seconds), the GPUs the ledger does
@@ -39,7 +43,9 @@ from typing import Any
 import grpc
 
 from amdgpu_virt import exception
+from amdgpu_virt import fileutil
 from amdgpu_virt import model
+from amdgpu_virt.k8s import allocrecord
 from amdgpu_virt.k8s import devices
 from amdgpu_virt.k8s import memhook
 from amdgpu_virt.k8s import noderoles
@@ -216,6 +222,7 @@ class DevicePlugin:
         self.library = library
         self.roles = roles
         self._allocate_lock = threading.Lock()
+        self._served: sharedalloc.Served | None = None
         self.cond = threading.Condition()
         #: bumped whenever the device list changes
         self.version = 0
@@ -300,62 +307,83 @@ class DevicePlugin:
                         request, device_id, unit.gpu_address,
                         self.roles.source, self.roles.host))
 
+    def _checkpoint_path(self) -> str:
+        return self.socket_path + '.served.json'
+
+    def _load_served(self) -> sharedalloc.Served:
+        if self._served is None:
+            path = self._checkpoint_path()
+            text = fileutil.read_text(path)
+            self._served = sharedalloc.Served() if text is None else \
+                sharedalloc.Served.decode(text, path)
+        return self._served
+
+    def _save_served(self, served: sharedalloc.Served) -> None:
+        path = self._checkpoint_path()
+        try:
+            fileutil.atomic_write(path, served.encode(), mode=0o600)
+        except OSError as err:
+            raise exception.DevicePluginError(
+                resource=self.resource_name, reason='cannot write the '
+                'checkpoint %s: %s' % (path, err)) from None
+        self._served = served
+
     def _allocate_shared(self, device_ids: Sequence[str],
                          request: str) -> devices.ContainerAllocation:
+        """Serve what the allocation record gives the pod being allocated.
+
+        Idempotent: a request for device IDs already served to a live pod
+        (a kubelet retry after a lost answer, or after a restart of this
+        plugin) gets the same answer and books nothing.
+        """
         source = self.pod_source
         assert source is not None
-        for _attempt in range(5):
-            pods = source.pods_on_node()
-            pod = sharedalloc.find_pod(pods, source.node_name,
-                                       source.node_lock())
-            if pod is None:
-                raise exception.DevicePluginError(
-                    resource=self.resource_name,
-                    reason='%s: no pod on node %s is being allocated (none '
-                    'has %s=allocating and %s=%s)' % (
-                        request, source.node_name, hami.BIND_PHASE,
-                        hami.VGPU_NODE, source.node_name))
-            try:
-                result = sharedalloc.allocate(
-                    pod, self.units, pods, device_ids, request,
-                    strategy=self.cu_strategy, library=self.library)
-            except exception.AmdgpuVirtError as err:
-                self._fail(pod, err)
-                raise
-            try:
-                source.annotate_pod(pod, result.annotations)
-            except exception.KubernetesConflict:
-                LOG.info('pod %s changed during Allocate; retrying',
-                         sharedalloc.pod_key(pod))
-                continue
-            if result.done:
-                meta = pod.get('metadata') or {}
-                source.release_lock(meta.get('namespace', ''),
-                                    meta.get('name', ''))
-            LOG.info('pod %s container %d: %s', sharedalloc.pod_key(pod),
-                     result.container, dict(result.allocation.envs))
-            return result.allocation
-        raise exception.DevicePluginError(
-            resource=self.resource_name,
-            reason='%s: pods kept changing during Allocate' % request)
+        record = source.allocation_record()
+        allocrecord.check(record, sharedalloc.capacity(
+            self.units, self.share_count))
+        pods = source.pods_on_node()
+        live = sharedalloc.live_pods(record, pods)
+        served = self._load_served().only(record.pods)
+        hit = served.lookup(device_ids)
+        if hit is not None and hit[0] in live:
+            grants, index = record.pods[hit[0]], hit[1]
+            LOG.info('%s: again for %s container %d (a retry)', request,
+                     grants.describe(), index)
+        else:
+            grants, index = sharedalloc.choose(
+                record, live, served, source.node_lock(), len(device_ids),
+                request)
+            served = served.add(grants.uid, index, device_ids)
+        allocation = sharedalloc.container_allocation(
+            grants, index, self.units, self.library)
+        # recorded before the answer leaves: a retry after a lost answer
+        # or a restart finds it
+        self._save_served(served)
+        self._mirror(live[grants.uid], grants, served.of(grants.uid))
+        LOG.info('%s container %d: %s', grants.describe(), index,
+                 dict(allocation.envs))
+        return allocation
 
-    def _fail(self, pod: Mapping[str, Any], err: Exception) -> None:
-        """Best effort: bind-phase failed and the node lock released."""
+    def _mirror(self, pod: Mapping[str, Any],
+                grants: allocrecord.PodGrants, served: frozenset[int]
+                ) -> None:
+        """The HAMi annotations as a mirror; the node lock released once
+        every container is served."""
         source = self.pod_source
         assert source is not None
         meta = pod.get('metadata') or {}
-        LOG.warning('Allocate for pod %s failed: %s',
-                    sharedalloc.pod_key(pod), err)
-        unconditional = {'metadata': {'namespace': meta.get('namespace'),
-                                      'name': meta.get('name')}}
         try:
-            source.annotate_pod(unconditional, {
-                hami.BIND_PHASE: hami.BindPhase.FAILED.value})
-            source.release_lock(meta.get('namespace', ''),
-                                meta.get('name', ''))
-        except exception.AmdgpuVirtError as second:
-            LOG.warning('Could not mark pod %s failed: %s',
-                        sharedalloc.pod_key(pod), second)
+            allocated: hami.PodDevices | None = hami.decode_pod_devices(
+                (meta.get('annotations') or {}).get(
+                    hami.DEVICES_ALLOCATED, ''))
+        except exception.HamiProtocolError:
+            allocated = None
+        annotations, done = sharedalloc.mirror(grants, served, allocated)
+        source.annotate_pod({'metadata': {
+            'namespace': grants.namespace, 'name': grants.name,
+            'uid': grants.uid}}, annotations)
+        if done:
+            source.release_lock(grants.namespace, grants.name)
 
     # lifecycle
     def start(self) -> DevicePlugin:
@@ -477,7 +505,8 @@ def from_conf(conf: Any, inventory: model.HostInventory,
     if group.allocation_mode == 'hami' and pod_source is None:
         from amdgpu_virt.k8s import client as k8s_client
         pod_source = pods_mod.KubernetesPodSource(
-            k8s_client.node_name(conf), k8s_client.core_api(conf))
+            k8s_client.node_name(conf), k8s_client.core_api(conf),
+            group.namespace)
     elif group.allocation_mode == 'whole':
         pod_source = None
     roles = noderoles.from_conf(

@@ -16,6 +16,17 @@ kube-scheduler (``nodeCacheCapable: true``) calls
   ``hami.io/bind-time``, then ``pods/binding``; on failure the lock is
   released and ``ExtenderBindingResult{Error}`` says why.
 
+The truth of what a pod holds is the node's allocation record
+(:mod:`amdgpu_virt.k8s.allocrecord`), never the pod's annotations: the
+filter books the pod's GPUs, memory and concrete CU ranges in the record
+of the chosen node (a ``resourceVersion``-guarded write that a second
+extender cannot overwrite) before it writes the annotations as a mirror;
+bind refuses a pod the record of its node does not hold. Both read the
+pod from the API rather than trusting the request: its UID, its
+scheduler (``[kubernetes] scheduler_name``) and that it is not bound yet.
+With a leader lease configured, both refuse while the kube-scheduler of
+this pod does not lead.
+
 ``GET /healthz``, ``GET /readyz`` (once the cache is synced) and
 ``GET /metrics`` (Prometheus) complete the HTTP side.
 """
@@ -33,10 +44,14 @@ from typing import Any
 import prometheus_client
 
 from amdgpu_virt import exception
+from amdgpu_virt.k8s import allocrecord
+from amdgpu_virt.k8s import fencing
 from amdgpu_virt.k8s import fit
 from amdgpu_virt.k8s import httpserver
 from amdgpu_virt.k8s import nodelock
 from amdgpu_virt.k8s import pods
+from amdgpu_virt.k8s import recordgc
+from amdgpu_virt.k8s import recordstore
 from amdgpu_virt.k8s import schedcache
 from amdgpu_virt.k8s import watching
 from amdgpu_virt.sharing import hami
@@ -135,14 +150,55 @@ class Extender:
                  locker: nodelock.NodeLocker | None = None,
                  default_node_policy: str =
                  hami.DEFAULT_NODE_SCHEDULER_POLICY,
-                 default_gpu_policy: str = hami.DEFAULT_GPU_SCHEDULER_POLICY
-                 ) -> None:
+                 default_gpu_policy: str = hami.DEFAULT_GPU_SCHEDULER_POLICY,
+                 records: recordstore.RecordStore | None = None,
+                 scheduler_name: str | None = None,
+                 fence: fencing.LeaseFence | None = None) -> None:
         self.cache = cache
         self.api = core_api
         self.locker = locker or nodelock.NodeLocker(core_api)
         self.default_node_policy = default_node_policy
         self.default_gpu_policy = default_gpu_policy
+        self.records = records or recordstore.RecordStore(core_api)
+        self.scheduler_name = scheduler_name
+        self.fence = fence
         self.metrics = Metrics(cache)
+
+    def _read_pod(self, namespace: str, name: str) -> dict[str, Any]:
+        response = pods.call('GET pod %s/%s' % (namespace, name),
+                             self.api.read_namespaced_pod, name, namespace,
+                             _preload_content=False)
+        pod: dict[str, Any] = json.loads(response.data)
+        return pod
+
+    def _verified_pod(self, namespace: str, name: str, uid: Any,
+                      field: str) -> dict[str, Any]:
+        """The pod as the API has it, if it is the one asked about and
+        ours to place.
+
+        :raises ExtenderRequestError: a UID that is not the pod's, a pod
+            of another scheduler.
+        :raises KubernetesError: the pod cannot be read (or is gone).
+        """
+        key = '%s/%s' % (namespace, name)
+        pod = self._read_pod(namespace, name)
+        meta = pod.get('metadata') or {}
+        if uid and uid != meta.get('uid'):
+            raise exception.ExtenderRequestError(
+                field=field, reason='%s is not the uid of pod %s (%s); it '
+                'was deleted and created again, or the request is forged'
+                % (str(uid)[:64], key, meta.get('uid')))
+        scheduler = (pod.get('spec') or {}).get('schedulerName')
+        if self.scheduler_name and scheduler != self.scheduler_name:
+            raise exception.ExtenderRequestError(
+                field='pod %s spec.schedulerName' % key,
+                reason='%r is not this extender\'s profile %r' % (
+                    scheduler, self.scheduler_name))
+        return pod
+
+    def _fenced(self) -> None:
+        if self.fence is not None:
+            self.fence.check()
 
     def _request(self, pod: Mapping[str, Any]) -> fit.PodRequest:
         return fit.pod_request(pod, self.default_node_policy,
@@ -178,13 +234,27 @@ class Extender:
             raise exception.ExtenderRequestError(
                 field='Pod.metadata', reason='namespace and name required')
         key = '%s/%s' % (namespace, name)
-        request = self._request(pod)
-        if not request.wants_gpus:
+        if not self._request(pod).wants_gpus:
             return self._answer(args, names, as_nodes, {}, {}), 'ignored'
+        self._fenced()
         if not self.cache.synced:
             raise exception.ExtenderRequestError(
                 field='(cache)', reason='the node and pod cache is not '
                 'synced yet; retry')
+        # the request's pod is only a name: decide on the API's pod
+        pod = self._verified_pod(namespace, name, meta.get('uid'),
+                                 'Pod.metadata.uid')
+        bound = (pod.get('spec') or {}).get('nodeName')
+        if bound:
+            raise exception.ExtenderRequestError(
+                field='Pod', reason='pod %s is already bound to node %s; '
+                'it is not placed again' % (key, bound))
+        uid = str((pod.get('metadata') or {}).get('uid') or '')
+        request = self._request(pod)
+        if not request.wants_gpus:
+            return self._answer(args, names, as_nodes, {}, {}), 'ignored'
+        earlier = {self.cache.placement(key), ((pod.get('metadata') or {})
+                   .get('annotations') or {}).get(hami.VGPU_NODE)}
         began = time.perf_counter()
         decision = self.cache.decide_and_reserve(key, request, names)
         self.metrics.decide_seconds.observe(time.perf_counter() - began)
@@ -193,9 +263,28 @@ class Extender:
                 '%s: %s' % item for item in sorted(
                     {**decision.failed, **decision.unresolvable}.items())
                 [:5]))
+            self._forget(pod, uid, key, earlier - {None})
             return self._answer(args, [], as_nodes, decision.failed,
                                 decision.unresolvable), 'nofit'
         node = decision.fit.node
+        try:
+            grants = self._book(node, uid, namespace, name,
+                                decision.fit.containers)
+        except exception.SharingError as err:
+            # another writer booked these GPUs first: the record wins
+            self.cache.cancel(key)
+            failed = dict(decision.failed)
+            failed[node] = 'refused by its allocation record (booked ' \
+                'concurrently by another pod or scheduler; retry): %s' % err
+            LOG.info('pod %s: node %s refused by its record: %s', key,
+                     node, err)
+            return self._answer(args, [], as_nodes, failed,
+                                decision.unresolvable), 'nofit'
+        except exception.AmdgpuVirtError:
+            self.cache.cancel(key)
+            raise
+        for other in earlier - {None, node}:
+            self._unbook(str(other), uid, key)
         value = hami.encode_pod_devices(decision.fit.containers)
         labels: dict[str, str | None] = {}
         if _LABEL_VALUE.match(node) and len(node) <= 63:
@@ -203,7 +292,10 @@ class Extender:
         body = {'metadata': {'labels': labels, 'annotations': {
             hami.DEVICES_TO_ALLOCATE: value, hami.DEVICES_ALLOCATED: value,
             hami.VGPU_NODE: node,
-            hami.VGPU_TIME: hami.encode_unix_time(time.time())}}}
+            hami.VGPU_TIME: hami.encode_unix_time(time.time()),
+            # the mirror shows the booked ranges at once
+            hami.CU_ALLOCATED: hami.encode_cu_allocated(grants.masks()),
+            hami.BIND_PHASE: None}}}
         try:
             response = pods.call(
                 'PATCH pod %s' % key, self.api.patch_namespaced_pod, name,
@@ -211,6 +303,7 @@ class Extender:
                 _preload_content=False)
         except exception.KubernetesError:
             self.cache.cancel(key)
+            self._unbook(node, uid, key)
             raise
         try:
             version: int | None = int(json.loads(response.data).get(
@@ -221,6 +314,55 @@ class Extender:
         LOG.info('pod %s -> node %s: %s', key, node, value)
         return self._answer(args, [node], as_nodes, decision.failed,
                             decision.unresolvable), 'fit'
+
+    def _book(self, node: str, uid: str, namespace: str, name: str,
+              containers: hami.PodDevices) -> allocrecord.PodGrants:
+        """Book ``containers`` for the pod in the record of ``node``.
+
+        :raises SharingError: the record has no room (another writer).
+        """
+        view = self.cache.view(node)
+        capacity = allocrecord.capacity_of(
+            gpu.info for gpu in (view.gpus if view is not None else ()))
+        when = int(time.time())
+        record = self.records.update(node, lambda record: allocrecord.book(
+            record, uid, namespace, name, when, containers, capacity,
+            self.cache.strategy))
+        return record.pods[uid]
+
+    def _forget(self, pod: dict[str, Any], uid: str, key: str,
+                nodes: set[str | None]) -> None:
+        """A pod placed before that fits nowhere now holds nothing: its
+        bookings, its reservation and its mirror annotations go."""
+        if not nodes:
+            return
+        self.cache.cancel(key)
+        for node in nodes:
+            self._unbook(str(node), uid, key)
+        meta = pod.get('metadata') or {}
+        try:
+            pods.call('PATCH pod %s' % key, self.api.patch_namespaced_pod,
+                      meta.get('name'), meta.get('namespace'),
+                      {'metadata': {
+                          'uid': uid, 'labels': {hami.VGPU_NODE: None},
+                          'annotations': dict.fromkeys((
+                              hami.DEVICES_TO_ALLOCATE,
+                              hami.DEVICES_ALLOCATED, hami.VGPU_NODE,
+                              hami.CU_ALLOCATED))}},
+                      _content_type=pods.MERGE_PATCH, _preload_content=False)
+        except exception.AmdgpuVirtError as err:
+            LOG.warning('pod %s: mirror annotations not removed: %s', key,
+                        err)
+
+    def _unbook(self, node: str, uid: str, key: str) -> None:
+        """Best effort: the pod no longer holds anything on ``node``
+        (what is left is removed by the record collector)."""
+        try:
+            self.records.update(node, lambda record: allocrecord.without(
+                record, uid))
+        except exception.AmdgpuVirtError as err:
+            LOG.warning('pod %s: not removed from the record of node %s: %s',
+                        key, node, err)
 
     @staticmethod
     def _answer(args: Mapping[str, Any], names: list[str], as_nodes: bool,
@@ -292,32 +434,32 @@ class Extender:
         namespace = _field(args, 'PodNamespace', str)
         node = _field(args, 'Node', str)
         uid = args.get('PodUID')
+        if uid is not None and not isinstance(uid, str):
+            raise exception.ExtenderRequestError(field='PodUID',
+                                                 reason='not a string')
         key = '%s/%s' % (namespace, name)
-        response = pods.call('GET pod %s' % key,
-                             self.api.read_namespaced_pod, name, namespace,
-                             _preload_content=False)
-        pod = json.loads(response.data)
-        meta = pod.get('metadata') or {}
-        if uid and meta.get('uid') and uid != meta.get('uid'):
-            raise exception.ExtenderRequestError(
-                field='PodUID', reason='%s is not the uid of pod %s (%s); '
-                'it was deleted and created again' % (uid, key,
-                                                      meta.get('uid')))
-        annotations = meta.get('annotations') or {}
-        if hami.DEVICES_TO_ALLOCATE not in annotations:
-            if self._request(pod).wants_gpus:
-                raise exception.AnnotationError(
-                    key=hami.DEVICES_TO_ALLOCATE, obj='pod %s' % key,
-                    reason='missing: the pod asks for AMD GPUs but was not '
-                    'filtered by this extender')
-            self._binding(name, namespace, node)
+        self._fenced()
+        pod = self._verified_pod(namespace, name, uid, 'PodUID')
+        uid = str((pod.get('metadata') or {}).get('uid') or '')
+        bound = (pod.get('spec') or {}).get('nodeName')
+        if bound == node:
+            LOG.info('pod %s was already bound to %s', key, node)
             return
-        chosen = annotations.get(hami.VGPU_NODE)
-        if chosen != node:
-            raise exception.AnnotationError(
-                key=hami.VGPU_NODE, obj='pod %s' % key,
-                reason='the filter chose node %r, bind asks for %r'
-                % (chosen, node))
+        if bound:
+            raise exception.ExtenderRequestError(
+                field='Node', reason='pod %s is already bound to node %s, '
+                'not %s' % (key, bound, node))
+        record, _version = self.records.read(node)
+        grants = record.pods.get(uid)
+        if grants is None:
+            if self._request(pod).wants_gpus:
+                raise exception.AllocationRecordError(
+                    record=allocrecord.configmap_name(node),
+                    reason='it does not place pod %s (uid %s) on node %s: '
+                    'the pod was not filtered onto this node by this '
+                    'scheduler' % (key, uid, node))
+            self._binding(name, namespace, uid, node)
+            return
         self.locker.acquire(node, namespace, name)
         try:
             pods.call('PATCH pod %s' % key, self.api.patch_namespaced_pod,
@@ -327,60 +469,78 @@ class Extender:
                               time.time())}}},
                       _content_type=pods.MERGE_PATCH,
                       _preload_content=False)
-            self._binding(name, namespace, node)
-        except exception.KubernetesConflict as err:
-            if self._bound_to(name, namespace) == node:
-                # an earlier bind of this pod went through (a retry after a
-                # timeout): the device plugin allocates it and frees the
-                # lock as usual
-                LOG.info('pod %s was already bound to %s', key, node)
-                return
-            self._undo(node, namespace, name, err)
-            raise
+            self._binding(name, namespace, uid, node)
         except exception.AmdgpuVirtError as err:
-            self._undo(node, namespace, name, err)
+            # a lost answer may hide a binding that went through: look
+            state = self._state(name, namespace, uid)
+            if state == node:
+                LOG.info('pod %s is bound to %s although the bind answered '
+                         '%s', key, node, err)
+                return
+            self._undo(node, namespace, name, uid, state, err)
             raise
         LOG.info('pod %s bound to %s', key, node)
 
-    def _bound_to(self, name: str, namespace: str) -> str | None:
-        try:
-            response = pods.call('GET pod %s/%s' % (namespace, name),
-                                 self.api.read_namespaced_pod, name,
-                                 namespace, _preload_content=False)
-        except exception.KubernetesError:
-            return None
-        node: str | None = (json.loads(response.data).get('spec') or {}).get(
-            'nodeName')
-        return node
+    def _state(self, name: str, namespace: str, uid: str) -> str | None:
+        """Where the pod is bound: its node, ``''`` unbound, None gone
+        (or replaced by a pod of another UID); ``'?'`` unknown."""
+        for attempt in range(3):
+            try:
+                pod = self._read_pod(namespace, name)
+            except exception.KubernetesNotFound:
+                return None
+            except exception.KubernetesError:
+                time.sleep(0.05 * (attempt + 1))
+                continue
+            if (pod.get('metadata') or {}).get('uid') != uid:
+                return None
+            return str((pod.get('spec') or {}).get('nodeName') or '')
+        return '?'
 
-    def _binding(self, name: str, namespace: str, node: str) -> None:
+    def _binding(self, name: str, namespace: str, uid: str,
+                 node: str) -> None:
         body = {'apiVersion': 'v1', 'kind': 'Binding',
-                'metadata': {'name': name, 'namespace': namespace},
+                'metadata': {'name': name, 'namespace': namespace,
+                             'uid': uid},
                 'target': {'apiVersion': 'v1', 'kind': 'Node',
                            'name': node}}
         pods.call('POST pods/binding %s/%s' % (namespace, name),
                   self.api.create_namespaced_pod_binding, name, namespace,
                   body, _preload_content=False)
 
-    def _undo(self, node: str, namespace: str, name: str,
-              err: Exception) -> None:
-        """Best effort after a failed bind: bind phase failed, lock
-        released."""
-        try:
-            pods.call('PATCH pod %s/%s' % (namespace, name),
-                      self.api.patch_namespaced_pod, name, namespace,
-                      {'metadata': {'annotations': {
-                          hami.BIND_PHASE: hami.BindPhase.FAILED.value}}},
-                      _content_type=pods.MERGE_PATCH,
-                      _preload_content=False)
-        except exception.AmdgpuVirtError as second:
-            LOG.warning('pod %s/%s: bind phase not marked failed: %s',
-                        namespace, name, second)
-        try:
-            self.locker.release(node, namespace, name)
-        except exception.AmdgpuVirtError as second:
-            LOG.warning('node %s: lock of %s/%s not released after %s: %s',
-                        node, namespace, name, err, second)
+    def _undo(self, node: str, namespace: str, name: str, uid: str,
+              state: str | None, err: Exception) -> None:
+        """After a failed bind of a pod that is not bound to ``node``:
+        the lock released at once (retried), the pod marked failed unless
+        it is bound elsewhere or unknown, and its booking removed if the
+        pod is gone."""
+        key = '%s/%s' % (namespace, name)
+        if state is None:
+            LOG.info('pod %s is gone: its booking on %s is removed', key,
+                     node)
+            self._unbook(node, uid, key)
+        elif state == '':
+            try:
+                pods.call('PATCH pod %s' % key,
+                          self.api.patch_namespaced_pod, name, namespace,
+                          {'metadata': {
+                              'uid': uid, 'annotations': {
+                                  hami.BIND_PHASE:
+                                  hami.BindPhase.FAILED.value}}},
+                          _content_type=pods.MERGE_PATCH,
+                          _preload_content=False)
+            except exception.AmdgpuVirtError as second:
+                LOG.warning('pod %s: bind phase not marked failed: %s',
+                            key, second)
+        for attempt in range(5):
+            try:
+                self.locker.release(node, namespace, name)
+                return
+            except exception.AmdgpuVirtError as second:
+                LOG.warning('node %s: lock of %s not released after %s '
+                            '(attempt %d): %s', node, key, err, attempt + 1,
+                            second)
+                time.sleep(0.05 * (attempt + 1))
 
 
 # --- HTTP -------------------------------------------------------------------
@@ -475,6 +635,23 @@ def make_server(extender: Extender, host: str = '127.0.0.1',
     return server
 
 
+def lease_fence(conf: Any, core_api: Any) -> fencing.LeaseFence | None:
+    """The fence of ``[scheduler] leader_lease``, or None when unset."""
+    import os
+    import socket
+
+    from kubernetes import client as k8s_client
+
+    group = conf.scheduler
+    if not group.leader_lease:
+        return None
+    identity = group.leader_identity or os.environ.get('POD_NAME') or \
+        socket.gethostname()
+    return fencing.LeaseFence(
+        k8s_client.CoordinationV1Api(core_api.api_client),
+        conf.kubernetes.namespace, group.leader_lease, identity)
+
+
 def _tls(group: Any) -> httpserver.TlsFiles | None:
     """:raises ConfigError: an incomplete or unloadable TLS setting."""
     if not (group.cert_file or group.key_file or group.client_ca_file):
@@ -517,11 +694,18 @@ class Service:
         locker = nodelock.NodeLocker(
             core_api, timeout=datetime.timedelta(
                 seconds=group.node_lock_timeout),
-            wait=group.node_lock_wait)
+            wait=group.node_lock_wait, grace=group.node_lock_grace)
+        records = recordstore.RecordStore(core_api,
+                                          conf.kubernetes.namespace)
         self.extender = Extender(
             self.cache, core_api, locker,
             default_node_policy=group.node_scheduler_policy,
-            default_gpu_policy=group.gpu_scheduler_policy)
+            default_gpu_policy=group.gpu_scheduler_policy,
+            records=records, scheduler_name=conf.kubernetes.scheduler_name,
+            fence=lease_fence(conf, core_api))
+        self.collector = recordgc.Collector(
+            records, core_api, interval=group.record_sweep_interval,
+            unbound_ttl=group.node_lock_timeout)
         # this process is the extender's own: pause the cyclic collector
         # while a list is read, and after each list keep the loaded objects
         # out of its full passes
@@ -529,6 +713,14 @@ class Service:
             self.cache, core_api, group.watch_timeout,
             after_list=watching.settle_memory,
             pause_collector=True)
+        pod_watcher = self.watchers[1]
+        feed = pod_watcher.on_event
+
+        def on_pod(kind: str, obj: dict[str, Any]) -> None:
+            feed(kind, obj)
+            self.collector.pod_event(kind, obj)
+
+        pod_watcher.on_event = on_pod
         limits = httpserver.Limits.from_conf(conf)
         self.servers: list[_ExtenderServer] = []
         try:
@@ -562,6 +754,7 @@ class Service:
     def start(self) -> Service:
         for watcher in self.watchers:
             watcher.start()
+        self.collector.start()
         for server in self.servers:
             server.start()
         LOG.info('Scheduler extender listening on %s:%d (%s)', *self.address,
@@ -576,3 +769,4 @@ class Service:
             server.server_close()
         for watcher in self.watchers:
             watcher.stop()
+        self.collector.stop()

@@ -7,7 +7,15 @@ backoff) and refuses a lock that is held, as HAMi does, even by the same
 pod, unless it is *stale*:
 
 * expired: older than the lock timeout (HAMi: 5 minutes);
-* its owner pod no longer exists, or has finished.
+* its owner pod has finished or was allocated (``hami.io/bind-phase:
+  success``: the device plugin's release was lost);
+* its owner pod no longer exists, has finished, or is not bound to the
+  node, once the lock is older than ``grace`` seconds: within the grace a
+  bind in progress (the lock is taken before the binding) keeps its lock,
+  and so does a pod deleted mid-allocation, whose late Allocate the
+  device plugin then refuses rather than serving it the next pod's
+  allocation; after it, a failed bind whose release was lost does not
+  hold the node for the whole timeout.
 
 A lock value that cannot be read is refused, as HAMi refuses it: it may
 be a live lock of a writer we do not understand, and two pods allocating
@@ -29,7 +37,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-
 from amdgpu_virt import exception
 from amdgpu_virt.k8s import pods
 from amdgpu_virt.sharing import hami
@@ -49,6 +56,8 @@ class NodeLocker:
     :param core_api: the API client.
     :param timeout: age after which a lock has expired.
     :param wait: seconds :meth:`acquire` waits for a held lock.
+    :param grace: seconds before a lock of a gone, finished or unbound pod
+        is stale.
     :param clock: current time (aware).
     :param sleep: how to wait between attempts.
     """
@@ -56,11 +65,13 @@ class NodeLocker:
     def __init__(self, core_api: Any,
                  timeout: datetime.timedelta = hami.NODE_LOCK_TIMEOUT,
                  wait: float = 10.0,
+                 grace: float = 0.0,
                  clock: Callable[[], datetime.datetime] = _utcnow,
                  sleep: Callable[[float], None] = time.sleep) -> None:
         self.api = core_api
         self.timeout = timeout
         self.wait = wait
+        self.grace = datetime.timedelta(seconds=grace)
         self.clock = clock
         self.sleep = sleep
 
@@ -69,18 +80,28 @@ class NodeLocker:
                              _preload_content=False)
         return json.loads(response.data)
 
-    def _owner_gone(self, lock: hami.NodeLock) -> bool:
+    def _owner_state(self, lock: hami.NodeLock, node: str) -> str:
+        """``'live'``, ``'done'`` (finished), ``'gone'`` or ``'unbound'``
+        (bound to no or another node)."""
         if not lock.namespace or not lock.pod:
-            return False
+            return 'live'
         try:
-            response = pods.call(
-                'GET pod %s/%s' % (lock.namespace, lock.pod),
-                self.api.read_namespaced_pod, lock.pod, lock.namespace,
-                _preload_content=False)
+            response = pods.call('GET pod %s/%s' % (lock.namespace,
+                                                    lock.pod),
+                                 self.api.read_namespaced_pod, lock.pod,
+                                 lock.namespace, _preload_content=False)
         except exception.KubernetesNotFound:
-            return True
-        phase = (json.loads(response.data).get('status') or {}).get('phase')
-        return phase in DONE_PHASES
+            return 'gone'
+        pod = json.loads(response.data)
+        annotations = (pod.get('metadata') or {}).get('annotations') or {}
+        if (pod.get('status') or {}).get('phase') in DONE_PHASES or \
+                annotations.get(hami.BIND_PHASE) == \
+                hami.BindPhase.SUCCESS.value:
+            # finished, or every container allocated (a release was lost)
+            return 'done'
+        if node != '?' and (pod.get('spec') or {}).get('nodeName') != node:
+            return 'unbound'
+        return 'live'
 
     def holder(self, value: str, now: datetime.datetime, node: str = '?',
                requester: str = '?') -> hami.NodeLock | None:
@@ -100,9 +121,13 @@ class NodeLocker:
             LOG.info('Node lock %r expired (older than %s)', value,
                      self.timeout)
             return None
-        if self._owner_gone(lock):
-            LOG.info('Node lock %r is stale: pod %s/%s is gone or done',
-                     value, lock.namespace, lock.pod)
+        state = self._owner_state(lock, node)
+        # unbound counts only with a grace: the lock is taken before the
+        # binding
+        if state == 'done' or now - lock.time >= self.grace and (
+                state == 'gone' or state == 'unbound' and self.grace):
+            LOG.info('Node lock %r is stale: pod %s/%s is %s (node %s)',
+                     value, lock.namespace, lock.pod, state, node)
             return None
         return lock
 

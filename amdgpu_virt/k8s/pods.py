@@ -13,7 +13,6 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-
 from amdgpu_virt import exception
 from amdgpu_virt.k8s import client as k8s_client
 from amdgpu_virt.sharing import hami
@@ -66,13 +65,31 @@ class PodSource(abc.ABC):
         :raises KubernetesError: the node cannot be read or written.
         """
 
+    def allocation_record(self) -> Any:
+        """The node's :class:`~amdgpu_virt.k8s.allocrecord.Record`.
+
+        :raises AllocationRecordError: it cannot be read (fail closed).
+        :raises KubernetesError: the API failed.
+        """
+        raise exception.DevicePluginError(
+            resource=self.node_name, reason='this pod source has no '
+            'allocation record')
+
 
 class KubernetesPodSource(PodSource):
     """A :class:`PodSource` over a ``kubernetes.client.CoreV1Api``."""
 
-    def __init__(self, node_name: str, core_api: Any) -> None:
+    def __init__(self, node_name: str, core_api: Any,
+                 namespace: str = 'amdgpu-virt') -> None:
         super().__init__(node_name)
         self.api = core_api
+        self.namespace = namespace
+
+    def allocation_record(self) -> Any:
+        from amdgpu_virt.k8s import recordstore
+
+        return recordstore.RecordStore(self.api, self.namespace).read(
+            self.node_name)[0]
 
     def _node(self) -> dict[str, Any]:
         response = call('GET node %s' % self.node_name,
@@ -96,8 +113,13 @@ class KubernetesPodSource(PodSource):
     def annotate_pod(self, pod: Mapping[str, Any],
                      annotations: Mapping[str, str | None]) -> None:
         meta = pod.get('metadata') or {}
-        body = {'metadata': {'resourceVersion': meta.get('resourceVersion'),
-                             'annotations': dict(annotations)}}
+        body: dict[str, Any] = {'metadata': {
+            'annotations': dict(annotations)}}
+        # a precondition when the caller read the pod; an unconditional
+        # write (for a mirror) otherwise
+        for field in ('resourceVersion', 'uid'):
+            if meta.get(field):
+                body['metadata'][field] = meta[field]
         call('PATCH pod %s/%s' % (meta.get('namespace'),
                                         meta.get('name')),
                    self.api.patch_namespaced_pod, meta.get('name'),

@@ -30,6 +30,8 @@ from amdgpu_virt import ledger as av_ledger
 from amdgpu_virt.k8s import consumers
 from amdgpu_virt.k8s import ledgermap
 from amdgpu_virt.k8s import pods
+from amdgpu_virt.k8s.dra import DEFAULT_DRIVER
+from amdgpu_virt.k8s.dra import holders as dra_holders
 from amdgpu_virt.model import PciAddress
 from amdgpu_virt.model import Role
 from amdgpu_virt.pool.observed import SideObservation
@@ -97,7 +99,9 @@ class KubernetesPool:
     name = SIDE
 
     def __init__(self, core_api: Any, where: ledgermap.Location,
-                 ledger: av_ledger.Ledger | None = None) -> None:
+                 ledger: av_ledger.Ledger | None = None,
+                 dra_driver: str = DEFAULT_DRIVER) -> None:
+        self.dra_driver = dra_driver
         self.api = core_api
         self.where = where
         self.ledger = ledger
@@ -120,6 +124,9 @@ class KubernetesPool:
                              _preload_content=False)
         return list(json.loads(response.data).get('items') or [])
 
+    def _view(self) -> consumers.ConsumerView:
+        return dra_holders.consumer_view(self.api, self.dra_driver)
+
     def observations(self, hosts: Iterable[str] | None = None
                      ) -> tuple[list[SideObservation], list[str]]:
         """Every GPU the cluster offers or uses, and what could not be read.
@@ -138,7 +145,7 @@ class KubernetesPool:
                 warnings.append('node %s: %s' % (view.name, view.problem))
             views[view.name] = view
         users: dict[tuple[str, PciAddress], tuple[str, ...]] = {}
-        everyone = consumers.ConsumerView(self.api).consumers()
+        everyone = self._view().consumers()
         for consumer in everyone:
             seen = views.get(consumer.node)
             if seen is None:
@@ -176,7 +183,7 @@ class KubernetesPool:
     # -- the Side protocol of a move ------------------------------------------
 
     def consumers(self, host: str, address: PciAddress) -> tuple[str, ...]:
-        return consumers.ConsumerView(self.api).of_gpu(host, address,
+        return self._view().of_gpu(host, address,
                                                        self._node(host))
 
     def _write_ledger(self, ledger: av_ledger.Ledger) -> None:

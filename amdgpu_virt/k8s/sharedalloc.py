@@ -1,57 +1,44 @@
-"""Allocate for HAMi-scheduled pods: CU masks and memory limits.
+"""Allocate for pods the allocation record places on this node.
 
-Kubelet's Allocate carries device IDs only, never the pod. As HAMi's AMD
-device plugin does, the pod is found from the node lock
-(``hami.io/mutex.lock`` owner) or among the node's pods with
-``hami.io/bind-phase: allocating`` and ``hami.io/vgpu-node`` = this node;
-the container is the first one with devices left in
-``hami.io/amd-devices-to-allocate``. CU occupancy is rebuilt from
-``hami.io/amd-cu-allocated`` of the node's live pods (failing closed on
-overlaps), free CUs are chosen by the configured strategy, and the
-container gets ``HSA_CU_MASK``, ``HIP_DEVICE_MEMORY_LIMIT_<i>`` and the
-``LD_AUDIT`` library for a shared GPU.
+Kubelet's Allocate carries device IDs only, never the pod. The pod is
+the one the node lock (``hami.io/mutex.lock``) names, else the earliest
+booked pod with containers left to serve; either way it must be a live
+pod bound to this node whose UID the node's allocation record
+(:mod:`amdgpu_virt.k8s.allocrecord`) holds. Pod annotations are never
+trusted for what a container gets: the record's grants (GPUs, concrete
+CU ranges, MiB) are served exactly, and the annotations are written
+afterwards as a mirror for HAMi tools.
 
-Everything here is pure: pods are plain dicts as the API serves them, and
-the result says which annotations to write.
+Which containers were already served is the plugin's own checkpoint
+(:class:`Served`), so a kubelet retry of the same Allocate is answered
+the same, and nothing is served twice.
+
+Everything here is pure: pods are plain dicts as the API serves them.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime
+import json
 from collections.abc import Iterable
 from collections.abc import Mapping
 from collections.abc import Sequence
 from typing import Any
 
 from amdgpu_virt import exception
+from amdgpu_virt.k8s import allocrecord
 from amdgpu_virt.k8s import devices
-from amdgpu_virt.sharing import allocator
 from amdgpu_virt.sharing import cumask
 from amdgpu_virt.sharing import hami
 
-DONE_PHASES = ('Succeeded', 'Failed')
-
-
-@dataclasses.dataclass(frozen=True)
-class SharedAllocation:
-    """The result of Allocate for one container of a HAMi pod.
-
-    :ivar container: index of the container in the to-allocate list.
-    :ivar allocation: what the container gets.
-    :ivar annotations: pod annotations to write.
-    :ivar done: no container is left to allocate (bind-phase success,
-        node lock released).
-    """
-
-    container: int
-    allocation: devices.ContainerAllocation
-    annotations: Mapping[str, str]
-    done: bool
+DONE_PHASES = allocrecord.DONE_PHASES
+_MAX_CHECKPOINT = 4 * 1024 * 1024
 
 
 def _meta(pod: Mapping[str, Any]) -> Mapping[str, Any]:
-    return pod.get('metadata') or {}
+    meta = pod.get('metadata')
+    return meta if isinstance(meta, Mapping) else {}
 
 
 def pod_key(pod: Mapping[str, Any]) -> str:
@@ -59,147 +46,190 @@ def pod_key(pod: Mapping[str, Any]) -> str:
     return '%s/%s' % (meta.get('namespace', ''), meta.get('name', ''))
 
 
-def _annotations(pod: Mapping[str, Any]) -> Mapping[str, str]:
-    return _meta(pod).get('annotations') or {}
+# --- what was served ---------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Served:
+    """Containers served so far: pod UID -> container index -> the device
+    IDs kubelet asked for (sorted)."""
+
+    pods: Mapping[str, Mapping[int, tuple[str, ...]]] = dataclasses.field(
+        default_factory=dict)
+
+    def lookup(self, device_ids: Iterable[str]) -> tuple[str, int] | None:
+        """(pod UID, container) a request for ``device_ids`` was served
+        for, or None."""
+        wanted = tuple(sorted(device_ids))
+        for uid, containers in self.pods.items():
+            for index, ids in containers.items():
+                if ids == wanted:
+                    return uid, index
+        return None
+
+    def of(self, uid: str) -> frozenset[int]:
+        return frozenset(self.pods.get(uid, {}))
+
+    def add(self, uid: str, index: int, device_ids: Iterable[str]
+            ) -> Served:
+        pods = {k: dict(v) for k, v in self.pods.items()}
+        pods.setdefault(uid, {})[index] = tuple(sorted(device_ids))
+        return Served(pods)
+
+    def only(self, uids: Iterable[str]) -> Served:
+        """Forget pods that are not in ``uids`` (gone from the record)."""
+        keep = set(uids)
+        return Served({k: v for k, v in self.pods.items() if k in keep})
+
+    def encode(self) -> str:
+        return json.dumps({uid: {str(i): list(ids) for i, ids in c.items()}
+                           for uid, c in self.pods.items()}, sort_keys=True)
+
+    @classmethod
+    def decode(cls, text: str, where: str) -> Served:
+        """:raises DevicePluginError: naming ``where`` (fail closed: a
+        checkpoint we cannot read could hide what was served)."""
+        def bad(reason: str) -> exception.DevicePluginError:
+            return exception.DevicePluginError(
+                resource=where, reason='checkpoint unreadable: %s' % reason)
+        if len(text) > _MAX_CHECKPOINT:
+            raise bad('larger than %d bytes' % _MAX_CHECKPOINT)
+        try:
+            data = json.loads(text)
+        except (ValueError, RecursionError) as err:
+            raise bad(str(err)) from None
+        if not isinstance(data, dict):
+            raise bad('not an object')
+        pods: dict[str, dict[int, tuple[str, ...]]] = {}
+        for uid, containers in data.items():
+            if not isinstance(containers, dict):
+                raise bad('pod %r: not an object' % uid[:64])
+            for index, ids in containers.items():
+                if not index.isdigit() or len(index) > 4 or \
+                        not isinstance(ids, list) or \
+                        not all(isinstance(i, str) for i in ids):
+                    raise bad('pod %r: bad container %r' % (uid[:64],
+                                                            index[:8]))
+                pods.setdefault(uid, {})[int(index)] = tuple(ids)
+        return cls(pods)
 
 
-def _bind_time(pod: Mapping[str, Any]) -> int:
-    try:
-        return hami.decode_unix_time(
-            _annotations(pod).get(hami.BIND_TIME, ''))
-    except exception.HamiProtocolError:
-        return 1 << 62
+# --- choosing the pod and container -----------------------------------------
+
+def live_pods(record: allocrecord.Record, pods: Iterable[Mapping[str, Any]]
+              ) -> dict[str, Mapping[str, Any]]:
+    """Pods bound to the record's node, not finished, whose UID, namespace
+    and name the record holds, by UID."""
+    result = {}
+    for pod in pods:
+        meta = _meta(pod)
+        uid = meta.get('uid')
+        grants = record.pods.get(uid) if isinstance(uid, str) else None
+        if grants is None or grants.namespace != meta.get('namespace') or \
+                grants.name != meta.get('name'):
+            continue
+        if (pod.get('spec') or {}).get('nodeName') != record.node or \
+                (pod.get('status') or {}).get('phase') in DONE_PHASES:
+            continue
+        result[str(uid)] = pod
+    return result
 
 
-def find_pod(pods: Iterable[Mapping[str, Any]], node: str,
-             lock_value: str | None,
-             now: datetime.datetime | None = None
-             ) -> Mapping[str, Any] | None:
-    """The pod kubelet is allocating for, or None.
+def pending(grants: allocrecord.PodGrants, served: frozenset[int]
+            ) -> list[int]:
+    """Containers of ``grants`` with GPUs that were not served yet."""
+    return [n for n, c in enumerate(grants.containers)
+            if c and n not in served]
 
-    :param pods: the pods bound to ``node``.
-    :param lock_value: the node's ``hami.io/mutex.lock``, if any.
+
+def choose(record: allocrecord.Record, live: Mapping[str, Mapping[str, Any]],
+           served: Served, lock_value: str | None, count: int,
+           request: str, now: datetime.datetime | None = None
+           ) -> tuple[allocrecord.PodGrants, int]:
+    """(the pod's grants, the container) kubelet allocates for.
+
+    A live node lock decides the pod; its holder must be a live pod that
+    the record places here. Without one, the earliest booked pod with a
+    container left is taken. The container is the first one left with
+    ``count`` GPUs.
+
+    :raises DevicePluginError: naming the pod (or the lock) at fault.
     """
-    allocating = [
-        pod for pod in pods
-        if _annotations(pod).get(hami.BIND_PHASE) ==
-        hami.BindPhase.ALLOCATING.value
-        and _annotations(pod).get(hami.VGPU_NODE) == node
-        and (pod.get('status') or {}).get('phase') not in DONE_PHASES]
+    now = now or datetime.datetime.now(datetime.UTC)
+    holder = None
     if lock_value:
         try:
             lock = hami.decode_node_lock(lock_value)
         except exception.HamiProtocolError:
             lock = None
-        now = now or datetime.datetime.now(datetime.UTC)
         if lock is not None and lock.pod and not lock.expired(now):
-            for pod in allocating:
-                meta = _meta(pod)
-                if lock.held_by(meta.get('namespace', ''),
-                                meta.get('name', '')):
-                    return pod
-    if not allocating:
-        return None
-    return min(allocating, key=lambda p: (_bind_time(p), pod_key(p)))
+            holder = '%s/%s' % (lock.namespace, lock.pod)
+    candidates = sorted(
+        (record.pods[uid] for uid in live
+         if pending(record.pods[uid], served.of(uid))),
+        key=lambda g: (g.time, g.key, g.uid))
+    if holder is not None:
+        held = [g for g in candidates if g.key == holder]
+        if not held and not any(record.pods[uid].key == holder
+                                for uid in live):
+            raise exception.DevicePluginError(
+                resource=request, reason='the node lock of %s is held by '
+                'pod %s, which is not a live pod that the allocation record '
+                'places on this node (deleted mid-allocation?); refusing '
+                'rather than giving its devices another pod\'s allocation'
+                % (record.node, holder))
+        if held:
+            candidates = held
+    if not candidates:
+        raise exception.DevicePluginError(
+            resource=request, reason='no live pod bound to node %s that the '
+            'allocation record places there has containers left to serve'
+            % record.node)
+    grants = candidates[0]
+    left = pending(grants, served.of(grants.uid))
+    for index in left:
+        if len(grants.containers[index]) == count:
+            return grants, index
+    raise exception.DevicePluginError(
+        resource=request, reason='%s: no container left to serve has %d '
+        'GPUs (the record gives containers %s %s GPUs)' % (
+            grants.describe(), count, ', '.join(map(str, left)),
+            '/'.join(str(len(grants.containers[i])) for i in left)))
 
 
-def _pending_container(pod: Mapping[str, Any]
-                       ) -> tuple[int, hami.PodDevices]:
-    value = _annotations(pod).get(hami.DEVICES_TO_ALLOCATE)
-    if value is None:
-        raise exception.AnnotationError(
-            key=hami.DEVICES_TO_ALLOCATE, obj='pod %s' % pod_key(pod),
-            reason='missing: the pod was not scheduled by a HAMi-compatible '
-            'scheduler')
-    containers = hami.decode_pod_devices(value, hami.DEVICES_TO_ALLOCATE)
-    for index, container in enumerate(containers):
-        if container:
-            return index, containers
-    raise exception.AnnotationError(
-        key=hami.DEVICES_TO_ALLOCATE, obj='pod %s' % pod_key(pod),
-        reason='no container has devices left to allocate')
+# --- the answer and the mirror ----------------------------------------------
+
+def capacity(units: Sequence[devices.GpuUnit], share_count: int
+             ) -> dict[str, allocrecord.Capacity]:
+    return {u.uuid.lower(): allocrecord.Capacity(
+        share_count, u.vram_mib, u.compute_units, u.cu_unit) for u in units}
 
 
-def rebuild(units: Sequence[devices.GpuUnit],
-            live_pods: Iterable[Mapping[str, Any]],
-            strategy: allocator.CuStrategy | None = None
-            ) -> dict[str, allocator.CuAllocator]:
-    """CU occupancy of the node's units from its live pods.
+def container_allocation(grants: allocrecord.PodGrants, index: int,
+                         units: Sequence[devices.GpuUnit],
+                         library: str = hami.LD_AUDIT_LIBRARY
+                         ) -> devices.ContainerAllocation:
+    """Exactly what the record gives container ``index``: its GPUs, their
+    CU masks and memory limits (and the ``LD_AUDIT`` library when any is
+    shared).
 
-    Succeeded and Failed pods are left out.
-
-    :raises HamiProtocolError, AllocationConflict: a bad or overlapping
-        ``hami.io/amd-cu-allocated`` (fail closed).
+    :raises DevicePluginError: a GPU of the grant is not on this node.
     """
-    owners = []
-    for pod in live_pods:
-        if (pod.get('status') or {}).get('phase') in DONE_PHASES:
-            continue
-        value = _annotations(pod).get(hami.CU_ALLOCATED)
-        if value:
-            owners.append((pod_key(pod), value))
-    return hami.rebuild_allocators(
-        {unit.uuid: (unit.compute_units, unit.cu_unit) for unit in units},
-        owners, strategy=strategy)
-
-
-def allocate(pod: Mapping[str, Any], units: Sequence[devices.GpuUnit],
-             live_pods: Iterable[Mapping[str, Any]],
-             device_ids: Sequence[str], request: str,
-             strategy: allocator.CuStrategy | None = None,
-             library: str = hami.LD_AUDIT_LIBRARY) -> SharedAllocation:
-    """Allocate the pod's next container.
-
-    :param pod: the pod found by :func:`find_pod`.
-    :param live_pods: every pod bound to the node (``pod`` included).
-    :param device_ids: what kubelet asked for (one per GPU).
-    :param library: the LD_AUDIT library, mounted read-only for shared GPUs.
-    :raises AnnotationError: no devices to allocate, a device of another
-        node, or a device count that differs from kubelet's.
-    :raises HamiProtocolError, AllocationConflict: bad CU annotations.
-    :raises InsufficientCapacity: the CUs are no longer free.
-    """
-    key = pod_key(pod)
-    index, containers = _pending_container(pod)
-    wanted = containers[index]
-    if len(wanted) != len(device_ids):
-        raise exception.AnnotationError(
-            key=hami.DEVICES_TO_ALLOCATE, obj='pod %s' % key,
-            reason='container %d has %d devices but kubelet asked for %d '
-            '(%s)' % (index, len(wanted), len(device_ids), request))
-    by_uuid = {unit.uuid: unit for unit in units}
-    others = [p for p in live_pods if pod_key(p) != key]
-    occupancy = rebuild(units, others, strategy)
-    mine: dict[str, int] = {}
-    own = _annotations(pod).get(hami.CU_ALLOCATED)
-    if own:
-        mine = hami.decode_cu_allocated(own)
-        for uuid, mask in mine.items():
-            if uuid in occupancy:
-                occupancy[uuid].claim_mask(key, mask)
+    by_uuid = {unit.uuid.lower(): unit for unit in units}
     chosen: list[devices.GpuUnit] = []
     masks: dict[int, int] = {}
     limits: dict[int, int] = {}
-    for local, device in enumerate(wanted):
-        unit = by_uuid.get(device.uuid.lower())
+    for local, grant in enumerate(grants.containers[index]):
+        unit = by_uuid.get(grant.gpu)
         if unit is None:
-            raise exception.AnnotationError(
-                key=hami.DEVICES_TO_ALLOCATE, obj='pod %s' % key,
-                reason='GPU %s is not one of this node (%s)' % (
-                    device.uuid, ', '.join(sorted(by_uuid)) or 'none'))
-        if unit in chosen:
-            raise exception.AnnotationError(
-                key=hami.DEVICES_TO_ALLOCATE, obj='pod %s' % key,
-                reason='GPU %s is listed twice for container %d'
-                % (device.uuid, index))
+            raise exception.DevicePluginError(
+                resource=grants.describe(), reason='the record gives GPU %s, '
+                'which is not one of this node (%s)' % (
+                    grant.gpu, ', '.join(sorted(by_uuid)) or 'none'))
         chosen.append(unit)
-        if 0 < device.usedcores < unit.compute_units:
-            mask = occupancy[unit.uuid].allocate_mask(
-                '%s#%d' % (key, index), device.usedcores)
-            masks[local] = mask
-            mine[unit.uuid] = mine.get(unit.uuid, 0) | mask
-        if 0 < device.usedmem < unit.vram_mib:
-            limits[local] = device.usedmem
+        if grant.cus != (1 << unit.compute_units) - 1:
+            masks[local] = grant.cus
+        if 0 < grant.mem < unit.vram_mib:
+            limits[local] = grant.mem
     base = devices.allocation_for(chosen)
     envs = list(base.envs)
     mounts: list[devices.MountSpec] = []
@@ -211,17 +241,30 @@ def allocate(pod: Mapping[str, Any], units: Sequence[devices.GpuUnit],
     if masks or limits:
         envs.append((hami.ENV_LD_AUDIT, library))
         mounts.append(devices.MountSpec(library, library, True))
-    remaining = [list(c) for c in containers]
-    remaining[index] = []
-    done = not any(remaining)
+    return devices.ContainerAllocation(envs=tuple(envs), devices=base.devices,
+                                       mounts=tuple(mounts))
+
+
+def mirror(grants: allocrecord.PodGrants, served: frozenset[int],
+           allocated: hami.PodDevices | None = None
+           ) -> tuple[dict[str, str], bool]:
+    """(the HAMi annotations that mirror what was served, all served?).
+
+    :param allocated: the pod's ``hami.io/amd-devices-allocated`` as the
+        extender wrote it (for its device types), if readable.
+    """
+    if allocated is None or len(allocated) != len(grants.containers):
+        allocated = tuple(tuple(
+            hami.ContainerDevice(g.gpu, 'AMD', g.mem, g.cus.bit_count())
+            for g in container) for container in grants.containers)
+    remaining = [[] if n in served else list(container)
+                 for n, container in enumerate(allocated)]
+    done = not pending(grants, served)
     annotations = {hami.DEVICES_TO_ALLOCATE: hami.encode_pod_devices(
         remaining, hami.DEVICES_TO_ALLOCATE)}
-    if mine:
-        annotations[hami.CU_ALLOCATED] = hami.encode_cu_allocated(mine)
+    masks = grants.masks()
+    if masks:
+        annotations[hami.CU_ALLOCATED] = hami.encode_cu_allocated(masks)
     if done:
         annotations[hami.BIND_PHASE] = hami.BindPhase.SUCCESS.value
-    return SharedAllocation(
-        container=index,
-        allocation=devices.ContainerAllocation(
-            envs=tuple(envs), devices=base.devices, mounts=tuple(mounts)),
-        annotations=annotations, done=done)
+    return annotations, done

@@ -61,7 +61,7 @@ _REFERENCE_MODEL = catalog.by_name('MI300X')
 #: bounds the work per request on large fleets
 MULTI_GPU_SCAN = 32
 #: shared devices compared per single-GPU CU request with [policy] packing
-SCORE_WINDOW = 8
+SCORE_WINDOW = 4
 
 
 @dataclasses.dataclass
@@ -243,7 +243,8 @@ class Planner(FleetState):
         memory).
 
         With ``[policy] packing`` the first :data:`SCORE_WINDOW` are
-        compared by the fragmentation-aware score of
+        compared as :func:`packing.best` compares them, by the
+        fragmentation-aware score of
         :mod:`amdgpu_virt.sharing.packing` against the plan's workload
         mix (the one that grows the host's expected fragmentation least;
         ties: the best fit); without it, the best fit.
@@ -254,26 +255,38 @@ class Planner(FleetState):
         window = list(itertools.islice(fitting, SCORE_WINDOW))
         if len(window) <= 1:
             return window[0] if window else None
-        options = [self._packing_option(w, pool) for pool, _f in window]
-        chosen = packing.best(score, options)
-        return window[chosen or 0]
+        best = min(range(len(window)), key=lambda i: self._packing_key(
+            score, w, window[i][0]))
+        return window[best]
 
-    def _packing_option(self, w: Workload, pool: st.Pool) -> packing.Option:
-        """``pool`` taking a slice of ``w``, among the shared devices of
-        its host, as the packing score sees them (fractions of a GPU)."""
+    def _packing_key(self, score: packing.Score, w: Workload,
+                     pool: st.Pool) -> tuple[float, float]:
+        """What :func:`packing.best` compares for ``pool`` taking a slice
+        of ``w``: the growth of its host's expected fragmentation (over
+        the host's shared devices, in fractions of a GPU), then the room
+        left."""
         gs = pool.gpu
-        host = self.shared_hosts.get(gs.model.name, {}).get(gs.host.name,
-                                                            [gs])
-        devices = [p for g in host for p in g.pools]
-        frees = tuple(packing.GpuFree(
-            p.alloc.free_count / (p.gpu.cus or 1),
-            p.mem_free / (p.gpu.vram or 1), p.gpu.slices < self.max_slices,
-            p.alloc.used_count == 0 and p.mem_free == p.mem_total,
-            p.mem_free) for p in devices)
+        idle = 0
+        partial = 0.0
+        for other in self.shared_hosts.get(gs.model.name, {}).get(
+                gs.host.name, (gs,)):
+            for each in other.pools:
+                if each.alloc.used_count == 0 and \
+                        each.mem_free == each.mem_total:
+                    idle += 1
+                else:
+                    partial += each.alloc.free_count / (other.cus or 1)
+        free = packing.GpuFree(
+            pool.alloc.free_count / (gs.cus or 1),
+            pool.mem_free / (gs.vram or 1), gs.slices < self.max_slices,
+            pool.alloc.used_count == 0 and pool.mem_free == pool.mem_total,
+            pool.mem_free)
         mib = w.memory_on(gs.model)
-        return packing.Option(
-            frees, devices.index(pool), w.cus_on(gs.model) / (gs.cus or 1),
-            mib / (gs.vram or 1), gs.slices + 1 < self.max_slices, mib)
+        cus = w.cus_on(gs.model) / (gs.cus or 1)
+        cost = packing.share_cost(score, free, cus, mib / (gs.vram or 1),
+                                  gs.slices + 1 < self.max_slices, idle,
+                                  partial, mib)
+        return round(cost, 9), free.cus - cus
 
     def _spread_vfs(self, w: Workload, gpus: Sequence[st.GpuState],
                     n: int) -> tuple[st.GpuState, ...] | None:

@@ -22,12 +22,15 @@ from amdgpu_virt import conf as conf_pkg
 from amdgpu_virt.inventory import simulate
 from amdgpu_virt.k8s import admission
 from amdgpu_virt.k8s import agent
+from amdgpu_virt.k8s import allocrecord
 from amdgpu_virt.k8s import devices
+from amdgpu_virt.k8s import recordstore
 from amdgpu_virt.k8s import extender
 from amdgpu_virt.k8s import webhook
 from amdgpu_virt.k8s import webhookapi
 from amdgpu_virt.policy import engine as policy_engine
 from amdgpu_virt.model import HostInventory
+from tests.functional.fixtures import faultproxy
 from tests.functional.fixtures import kubeclient
 
 
@@ -82,16 +85,23 @@ class Cluster(fixtures.Fixture):
     :param nodes: node names.
     :param gpus: GPUs per node.
     :param overrides: ``{(group, option): value}`` for the extender.
+    :param extenders: independent extender services (each with its own
+        client and cache, as in processes of their own).
+    :param faults: arguments of a :class:`~.faultproxy.FaultProxy` the
+        extenders reach the API server through (``proxy``).
     """
 
     def __init__(self, nodes: tuple[str, ...], gpus: int = 2,
                  overrides: dict[tuple[str, str], Any] | None = None,
-                 history: int = 100000) -> None:
+                 history: int = 100000, extenders: int = 1,
+                 faults: dict[str, Any] | None = None) -> None:
         super().__init__()
         self.node_names = nodes
         self.gpus = gpus
         self.overrides = overrides or {}
         self.history = history
+        self.extenders = extenders
+        self.faults = faults
 
     def _setUp(self) -> None:
         self.kube = self.useFixture(kubeclient.ApiServerFixture(
@@ -119,22 +129,36 @@ class Cluster(fixtures.Fixture):
         conf.set_override('watch_timeout', 30, group='scheduler')
         for (group, option), value in self.overrides.items():
             conf.set_override(option, value, group=group)
-        # the extender gets a client of its own, as in its own process
-        config = client.Configuration(host=self.kube.server.url)
-        config.connection_pool_maxsize = 16
-        ext_client = client.ApiClient(config)
-        self.addCleanup(ext_client.close)
-        self.service = extender.Service(conf, client.CoreV1Api(ext_client))
-        self.service.start()
-        self.addCleanup(self.service.stop)
-        host, port = self.service.address
-        self.http = HttpJson(host, port)
-        self.addCleanup(self.http.close)
-        deadline = time.monotonic() + 20
-        while self.http.request('GET', '/readyz')[0] != 200:
-            if time.monotonic() > deadline:
-                raise AssertionError('extender cache never synced')
-            time.sleep(0.02)
+        self.services: list[extender.Service] = []
+        self.https: list[HttpJson] = []
+        self.proxy: faultproxy.FaultProxy | None = None
+        url = self.kube.server.url
+        if self.faults is not None:
+            self.proxy = faultproxy.FaultProxy(url, **self.faults).start()
+            self.addCleanup(self.proxy.stop)
+            url = self.proxy.url
+        for _n in range(self.extenders):
+            # each extender gets a client of its own, as in its own process
+            config = client.Configuration(host=url)
+            config.connection_pool_maxsize = 16
+            if self.proxy is not None:
+                config.retries = 0
+            ext_client = client.ApiClient(config)
+            self.addCleanup(ext_client.close)
+            service = extender.Service(conf, client.CoreV1Api(ext_client))
+            service.start()
+            self.addCleanup(service.stop)
+            host, port = service.address
+            http = HttpJson(host, port)
+            self.addCleanup(http.close)
+            deadline = time.monotonic() + 20
+            while http.request('GET', '/readyz')[0] != 200:
+                if time.monotonic() > deadline:
+                    raise AssertionError('extender cache never synced')
+                time.sleep(0.02)
+            self.services.append(service)
+            self.https.append(http)
+        self.service, self.http = self.services[0], self.https[0]
         self.webhook = webhook.make_server(
             webhook.WebhookPolicy(),
             namespace_labels=webhook.NamespaceLabelCache(self.api),
@@ -178,18 +202,42 @@ class Cluster(fixtures.Fixture):
         return obj
 
     def filter(self, pod: dict[str, Any],
-               nodes: tuple[str, ...] | None = None) -> dict[str, Any]:
-        result: dict[str, Any] = self.http.post('/filter', {
+               nodes: tuple[str, ...] | None = None,
+               via: int = 0) -> dict[str, Any]:
+        """``/filter`` of extender number ``via``."""
+        result: dict[str, Any] = self.https[via].post('/filter', {
             'Pod': pod, 'Nodes': None,
             'NodeNames': list(nodes or self.node_names)})
         return result
 
-    def bind(self, pod: dict[str, Any], node: str) -> dict[str, Any]:
+    def bind(self, pod: dict[str, Any], node: str,
+             via: int = 0) -> dict[str, Any]:
+        """``/bind`` of extender number ``via``."""
         meta = pod['metadata']
-        result: dict[str, Any] = self.http.post('/bind', {
+        result: dict[str, Any] = self.https[via].post('/bind', {
             'PodName': meta['name'], 'PodNamespace': meta['namespace'],
             'PodUID': meta['uid'], 'Node': node})
         return result
+
+
+def book(api: Any, node: str, pod: Any, containers: Any,
+         capacity: dict[str, allocrecord.Capacity],
+         when: int | None = None) -> allocrecord.PodGrants:
+    """Book ``containers`` (HAMi PodDevices) for ``pod`` (a dict or a
+    ``V1Pod``) in the allocation record of ``node``, as the extender's
+    filter does."""
+    if isinstance(pod, dict):
+        meta = pod['metadata']
+        uid, namespace, name = meta['uid'], meta['namespace'], meta['name']
+    else:
+        uid, namespace, name = (pod.metadata.uid, pod.metadata.namespace,
+                                pod.metadata.name)
+    record = recordstore.RecordStore(api).update(
+        node, lambda record: allocrecord.book(
+            record, uid, namespace, name,
+            int(time.time()) if when is None else when, containers,
+            capacity))
+    return record.pods[uid]
 
 
 def serve(test: Any, server: Any) -> str:

@@ -119,3 +119,21 @@ class KubernetesBackendTest(testtools.TestCase):
         self.assertEqual(answer, seen[self.first])
         self.assertIn('pod team/unreadable: unreadable allocation',
                       ' '.join(warnings))
+
+    def test_allocated_claims_count_for_the_backend_and_move(self) -> None:
+        """The backend and the pool (move, audit) share one view: an
+        allocated ResourceClaim of our DRA driver holds its GPU."""
+        device = 'gpu-%s-%s-%s-%s' % (
+            '%04x' % self.first.domain, '%02x' % self.first.bus,
+            '%02x' % self.first.device, '%x' % self.first.function)
+        for name, driver in (('mine', 'gpu.amd.com'), ('theirs', 'x.io')):
+            self.kube.server.put_object('resourceclaims', {
+                'metadata': {'name': name, 'namespace': 'team'},
+                'spec': {'devices': {'requests': []}},
+                'status': {'allocation': {'devices': {'results': [{
+                    'request': 'g', 'driver': driver, 'pool': 'n1',
+                    'device': device + '-share'}]}}}})
+        answer = self._both(self.first)
+        self.assertEqual(1, len(answer), answer)
+        self.assertTrue(answer[0].startswith('team/mine'), answer)
+        self.assertEqual((), self._both(self.second))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import os
 import shutil
@@ -12,14 +13,19 @@ import grpc
 import testtools
 from kubernetes import client
 
+from amdgpu_virt import exception
 from amdgpu_virt.inventory import simulate
+from amdgpu_virt.k8s import allocrecord
 from amdgpu_virt.k8s import deviceplugin
 from amdgpu_virt.k8s import devices
 from amdgpu_virt.k8s import pods
+from amdgpu_virt.k8s import recordstore
+from amdgpu_virt.k8s import sharedalloc
 from amdgpu_virt.k8s.proto.deviceplugin.v1beta1 import api_pb2
 from amdgpu_virt.sharing import hami
 from tests.functional.fixtures import kubeclient
 from tests.functional.fixtures import kubelet as kubelet_fixture
+from tests.functional.k8s import cluster
 
 RESOURCE = 'amd.com/gpu'
 
@@ -146,7 +152,8 @@ class DevicePluginTest(testtools.TestCase):
 
 
 class HamiAllocateTest(testtools.TestCase):
-    """Allocate for a HAMi-scheduled pod: kubelet stand-in + API stand-in."""
+    """Allocate for pods the allocation record places on the node:
+    kubelet stand-in + API stand-in, the plugin over its unix socket."""
 
     def setUp(self) -> None:
         super().setUp()
@@ -155,35 +162,76 @@ class HamiAllocateTest(testtools.TestCase):
         self.addCleanup(shutil.rmtree, self.dir, True)
         self.kubelet = kubelet_fixture.KubeletStandIn(self.dir).start()
         self.addCleanup(self.kubelet.stop)
-        inventory = simulate.design_host(simulate.HostSpec(hostname='n1'))
-        self.units = devices.units_from_inventory(inventory)
-        self.plugin = deviceplugin.DevicePlugin(
-            inventory, plugin_dir=self.dir, socket_name='amdgpu.sock',
+        self.inventory = simulate.design_host(
+            simulate.HostSpec(hostname='n1'))
+        self.units = devices.units_from_inventory(self.inventory)
+        self.capacity = sharedalloc.capacity(self.units, 10)
+        self.plugin = self._start_plugin()
+        self.kubelet.wait_for_devices(RESOURCE, count=80)
+        self.kube.api.create_node(client.V1Node(metadata=client.V1ObjectMeta(
+            name='n1')))
+
+    def _start_plugin(self) -> deviceplugin.DevicePlugin:
+        plugin = deviceplugin.DevicePlugin(
+            self.inventory, plugin_dir=self.dir, socket_name='amdgpu.sock',
             share_count=10, poll_interval=0.05,
             pod_source=pods.KubernetesPodSource('n1', self.kube.api))
-        self.plugin.start()
-        self.addCleanup(self.plugin.stop)
-        self.kubelet.wait_for_devices(RESOURCE, count=80)
-        self.lock = '%s,team,job' % hami.format_rfc3339(
-            datetime.datetime.now(datetime.UTC))
-        self.kube.api.create_node(client.V1Node(metadata=client.V1ObjectMeta(
-            name='n1', annotations={hami.NODE_LOCK: self.lock})))
+        plugin.start()
+        self.addCleanup(plugin.stop)
+        return plugin
 
-    def _pod(self, name: str, annotations: dict[str, str]) -> None:
-        self.kube.server.put_object('pods', {
+    def _lock(self, name: str) -> None:
+        self.kube.api.patch_node('n1', {'metadata': {'annotations': {
+            hami.NODE_LOCK: '%s,team,%s' % (hami.format_rfc3339(
+                datetime.datetime.now(datetime.UTC)), name)}}})
+
+    def _lock_value(self) -> str | None:
+        node = self.kube.server.get_object('nodes', 'n1')
+        return (node['metadata'].get('annotations') or {}).get(
+            hami.NODE_LOCK)
+
+    def _pod(self, name: str, containers: hami.PodDevices,
+             annotations: dict[str, str] | None = None,
+             when: int = 100) -> dict[str, object]:
+        """A pod bound to n1, booked in the record as the extender does,
+        with the extender's mirror annotations."""
+        value = hami.encode_pod_devices(containers)
+        pod = self.kube.server.put_object('pods', {
             'metadata': {'name': name, 'namespace': 'team',
-                         'annotations': annotations},
-            'spec': {'nodeName': 'n1', 'containers': [{'name': 'main'}]},
+                         'annotations': dict(annotations or {
+                             hami.BIND_PHASE: 'allocating',
+                             hami.VGPU_NODE: 'n1', hami.BIND_TIME: '1',
+                             hami.DEVICES_TO_ALLOCATE: value,
+                             hami.DEVICES_ALLOCATED: value})},
+            'spec': {'nodeName': 'n1', 'containers': [
+                {'name': 'c%d' % n} for n in range(len(containers))]},
             'status': {'phase': 'Running'}})
+        if containers:
+            cluster.book(self.kube.api, 'n1', pod, containers, self.capacity,
+                         when)
+        return pod
 
-    def test_allocates_free_cus_and_records_them(self) -> None:
+    def _record(self) -> allocrecord.Record:
+        return recordstore.RecordStore(self.kube.api).read('n1')[0]
+
+    def _gpu(self, n: int, mib: int, cus: int) -> hami.ContainerDevice:
+        return hami.ContainerDevice(self.units[n].uuid, 'AMD', mib, cus)
+
+    def _allocate(self, ids: list[str]) -> api_pb2.ContainerAllocateResponse:
+        stub = self.kubelet.plugins[RESOURCE].stub
+        return stub.Allocate(api_pb2.AllocateRequest(container_requests=[
+            api_pb2.ContainerAllocateRequest(devices_ids=ids)]),
+            timeout=30).container_responses[0]
+
+    def _ids(self, count: int, start: int = 0) -> list[str]:
+        return [d.ID for d in self.kubelet.plugins[RESOURCE].devices][
+            start:start + count]
+
+    def test_serves_the_recorded_cus_and_mirrors_them(self) -> None:
         uuid = self.units[0].uuid
-        self._pod('neighbour', {hami.CU_ALLOCATED: '{"%s":"0-151"}' % uuid})
-        value = '%s,AMD Instinct MI300X,49152,76:;' % uuid
-        self._pod('job', {hami.BIND_PHASE: 'allocating',
-                          hami.VGPU_NODE: 'n1', hami.BIND_TIME: '1',
-                          hami.DEVICES_TO_ALLOCATE: value,
-                          hami.DEVICES_ALLOCATED: value})
+        self._pod('neighbour', ((self._gpu(0, 1024, 152),),))
+        self._pod('job', ((self._gpu(0, 49152, 76),),), when=200)
+        self._lock('job')
         _chosen, response = self.kubelet.admit(RESOURCE, 1)
         self.assertEqual('GPU-%s' % uuid,
                          response.envs['ROCR_VISIBLE_DEVICES'])
@@ -192,60 +240,156 @@ class HamiAllocateTest(testtools.TestCase):
         self.assertEqual(hami.LD_AUDIT_LIBRARY, response.envs['LD_AUDIT'])
         self.assertEqual([hami.LD_AUDIT_LIBRARY],
                          [m.host_path for m in response.mounts])
-        pod = self.kube.api.read_namespaced_pod('job', 'team')
-        annotations = pod.metadata.annotations
+        annotations = self.kube.api.read_namespaced_pod(
+            'job', 'team').metadata.annotations
         self.assertEqual('{"%s":"152-227"}' % uuid,
                          annotations[hami.CU_ALLOCATED])
         self.assertEqual('success', annotations[hami.BIND_PHASE])
         self.assertEqual(';', annotations[hami.DEVICES_TO_ALLOCATE])
-        self.assertEqual(value, annotations[hami.DEVICES_ALLOCATED])
-        node = self.kube.api.read_node('n1')
-        self.assertNotIn(hami.NODE_LOCK, node.metadata.annotations or {})
+        self.assertIsNone(self._lock_value())
 
-    def test_failure_marks_the_pod_and_releases_the_lock(self) -> None:
-        self._pod('job', {hami.BIND_PHASE: 'allocating',
-                          hami.VGPU_NODE: 'n1', hami.BIND_TIME: '1',
-                          hami.DEVICES_TO_ALLOCATE: 'nosuchgpu,AMD,1,1:;'})
-        err = self.assertRaises(grpc.RpcError, self.kubelet.admit,
-                                RESOURCE, 1)
-        self.assertIn('nosuchgpu', err.details())
-        pod = self.kube.api.read_namespaced_pod('job', 'team')
-        self.assertEqual('failed',
-                         pod.metadata.annotations[hami.BIND_PHASE])
-        node = self.kube.api.read_node('n1')
-        self.assertNotIn(hami.NODE_LOCK, node.metadata.annotations or {})
-
-    def test_no_pending_pod_is_refused(self) -> None:
+    def test_annotations_the_record_does_not_confirm_are_refused(self) -> None:
+        # a pod that wrote itself HAMi annotations: not in the record
+        value = '%s,AMD,1024,304:;' % self.units[0].uuid
+        pod = self._pod('forged', (), annotations={
+            hami.BIND_PHASE: 'allocating', hami.VGPU_NODE: 'n1',
+            hami.BIND_TIME: '1', hami.DEVICES_TO_ALLOCATE: value,
+            hami.DEVICES_ALLOCATED: value})
         err = self.assertRaises(grpc.RpcError, self.kubelet.admit,
                                 RESOURCE, 1)
         self.assertEqual(grpc.StatusCode.INVALID_ARGUMENT, err.code())
-        self.assertIn('no pod on node n1', err.details())
+        self.assertIn('no live pod bound to node n1 that the allocation '
+                      'record places there', err.details())
+        self.assertEqual(pod, self.kube.server.get_object('pods', 'forged',
+                                                          'team'))
+
+    def test_lock_holder_deleted_mid_allocation(self) -> None:
+        # the late Allocate of a deleted pod is not given the next pod's
+        # allocation
+        gone = self._pod('gone', ((self._gpu(0, 1024, 38),),))
+        self._pod('next', ((self._gpu(0, 1024, 38),),), when=200)
+        self._lock('gone')
+        self.kube.api.delete_namespaced_pod('gone', 'team')
+        recordstore.RecordStore(self.kube.api).update(
+            'n1', lambda r: allocrecord.without(
+                r, gone['metadata']['uid']))
+        before = self.kube.server.get_object('pods', 'next', 'team')
+        err = self.assertRaises(grpc.RpcError, self._allocate, self._ids(1))
+        self.assertIn('held by pod team/gone', err.details())
+        self.assertEqual(before, self.kube.server.get_object(
+            'pods', 'next', 'team'))
+        # once the lock is the next pod's, it gets its own allocation
+        self._lock('next')
+        response = self._allocate(self._ids(1, 1))
+        self.assertEqual('0:38-75', response.envs['HSA_CU_MASK'])
+
+    def test_kubelet_retry_after_a_lost_answer(self) -> None:
+        self._pod('job', ((self._gpu(1, 4096, 76),),))
+        self._lock('job')
+        record = self._record()
+        ids = self._ids(1)
+        first = self._allocate(ids)
+        pod = self.kube.server.get_object('pods', 'job', 'team')
+        self.assertIsNone(self._lock_value())
+        # the answer was lost: kubelet asks again with the same devices
+        again = self._allocate(ids)
+        self.assertEqual(first, again)
+        self.assertEqual(record, self._record())
+        self.assertEqual(pod['metadata']['annotations'],
+                         self.kube.server.get_object('pods', 'job', 'team')[
+                             'metadata']['annotations'])
+        # another container of no pod: refused
+        self.assertRaises(grpc.RpcError, self._allocate, self._ids(1, 5))
+
+    def test_two_containers_book_what_they_got(self) -> None:
+        uuid = self.units[0].uuid
+        self._pod('pair', ((self._gpu(0, 1024, 38),),
+                           (self._gpu(0, 2048, 76),)))
+        self._lock('pair')
+        record = self._record()
+        first = self._allocate(self._ids(1))
+        self.assertIsNotNone(self._lock_value())
+        second = self._allocate(self._ids(1, 1))
+        self.assertEqual('0:0-37', first.envs['HSA_CU_MASK'])
+        self.assertEqual('0:38-113', second.envs['HSA_CU_MASK'])
+        self.assertEqual('2048m', second.envs['HIP_DEVICE_MEMORY_LIMIT_0'])
+        annotations = self.kube.api.read_namespaced_pod(
+            'pair', 'team').metadata.annotations
+        self.assertEqual({uuid: (1 << 114) - 1}, hami.decode_cu_allocated(
+            annotations[hami.CU_ALLOCATED]))
+        self.assertEqual('success', annotations[hami.BIND_PHASE])
+        self.assertEqual(record, self._record())
+        self.assertIsNone(self._lock_value())
+        err = self.assertRaises(grpc.RpcError, self._allocate,
+                                self._ids(1, 2))
+        self.assertIn('containers left to serve', err.details())
+
+    def test_restart_in_the_middle_of_allocate(self) -> None:
+        self._pod('job', ((self._gpu(0, 1024, 38),),
+                          (self._gpu(1, 1024, 38),)))
+        self._lock('job')
+        ids = self._ids(1)
+        # the plugin dies after it served container 0 but before its
+        # mirror reached the API (the write fails, kubelet gets an error)
+        source = self.plugin.pod_source
+        assert source is not None
+        real = source.annotate_pod
+
+        def broken(*args: object, **kwargs: object) -> None:
+            raise exception.KubernetesError(request='PATCH pod team/job',
+                                            reason='transport error')
+
+        source.annotate_pod = broken  # type: ignore[method-assign]
+        self.assertRaises(grpc.RpcError, self._allocate, ids)
+        source.annotate_pod = real  # type: ignore[method-assign]
+        self.plugin.stop()
+        self.plugin = self._start_plugin()
+        self.kubelet.wait_for(lambda: self.kubelet.plugins[
+            RESOURCE].stub is not None and self.plugin.registrations > 0)
+        self.kubelet.wait_for_devices(RESOURCE, count=80)
+        # kubelet retries: the same container, the same CUs
+        first = self._allocate(ids)
+        self.assertEqual('0:0-37', first.envs['HSA_CU_MASK'])
+        self.assertEqual(';%s,AMD,1024,38:;' % self.units[1].uuid, (
+            self.kube.server.get_object('pods', 'job', 'team')['metadata'][
+                'annotations'][hami.DEVICES_TO_ALLOCATE]))
+        second = self._allocate(self._ids(1, 10))
+        self.assertEqual('GPU-%s' % self.units[1].uuid,
+                         second.envs['ROCR_VISIBLE_DEVICES'])
+        self.assertIsNone(self._lock_value())
+
+    def test_an_over_committed_record_is_refused(self) -> None:
+        a = self._pod('a', ((self._gpu(0, 1024, 38),),))
+        self._pod('b', ((self._gpu(0, 1024, 38),),), when=200)
+        self._lock('a')
+        # someone wrote the record by hand: b's CUs overlap a's
+        store = recordstore.RecordStore(self.kube.api)
+        record = store.read('n1')[0]
+        pods_ = dict(record.pods)
+        uid = a['metadata']['uid']
+        grant = pods_[uid].containers[0][0]
+        other = next(g for g in pods_ if g != uid)
+        pods_[other] = dataclasses.replace(pods_[other], containers=(
+            (dataclasses.replace(grant, cus=grant.cus | 1 << 40),),))
+        store.update('n1', lambda r: allocrecord.Record('n1', pods_))
+        err = self.assertRaises(grpc.RpcError, self._allocate, self._ids(1))
+        self.assertIn('amdgpu-virt-alloc-n1', err.details())
+        self.assertIn('also held by', err.details())
 
     def test_parallel_allocations_never_share_a_cu(self) -> None:
         # kubelet serialises Allocate, but nothing in the protocol forces
         # it: eight concurrent calls for eight pods sharing one GPU must
         # still get disjoint CUs that add up to the whole GPU
-        self.kube.api.patch_node('n1', {'metadata': {'annotations': {
-            hami.NODE_LOCK: None}}})
         uuid = self.units[0].uuid
         for n in range(8):
-            value = '%s,AMD,1024,38:;' % uuid
-            self._pod('p%d' % n, {hami.BIND_PHASE: 'allocating',
-                                  hami.VGPU_NODE: 'n1',
-                                  hami.BIND_TIME: str(100 + n),
-                                  hami.DEVICES_TO_ALLOCATE: value})
-        stub = self.kubelet.plugins[RESOURCE].stub
-        ids = [d.ID for d in self.kubelet.plugins[RESOURCE].devices]
+            self._pod('p%d' % n, ((self._gpu(0, 1024, 38),),), when=100 + n)
+        ids = self._ids(8)
         masks: list[str] = []
         errors: list[Exception] = []
 
         def allocate(n: int) -> None:
             try:
-                response = stub.Allocate(api_pb2.AllocateRequest(
-                    container_requests=[api_pb2.ContainerAllocateRequest(
-                        devices_ids=[ids[n]])]), timeout=30)
-                masks.append(response.container_responses[0].envs[
-                    'HSA_CU_MASK'])
+                masks.append(self._allocate([ids[n]]).envs['HSA_CU_MASK'])
             except Exception as err:
                 errors.append(err)
 

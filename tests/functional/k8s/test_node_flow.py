@@ -18,12 +18,14 @@ from kubernetes import client
 
 from amdgpu_virt.inventory import simulate
 from amdgpu_virt.k8s import agent
+from amdgpu_virt.k8s import allocrecord
 from amdgpu_virt.k8s import deviceplugin
 from amdgpu_virt.k8s import devices
 from amdgpu_virt.k8s import pods
 from amdgpu_virt.sharing import hami
 from tests.functional.fixtures import kubeclient
 from tests.functional.fixtures import kubelet as kubelet_fixture
+from tests.functional.k8s import cluster
 
 RESOURCE = 'amd.com/gpu'
 
@@ -58,7 +60,7 @@ class NodeFlowTest(testtools.TestCase):
         self.assertEqual(sum(d.count for d in registered), endpoint.capacity)
 
         # the scheduler's part: half of the second GPU, 32 GiB
-        api.create_namespaced_pod('team', client.V1Pod(
+        created = api.create_namespaced_pod('team', client.V1Pod(
             metadata=client.V1ObjectMeta(name='job', namespace='team'),
             spec=client.V1PodSpec(containers=[client.V1Container(
                 name='main', image='rocm', resources=client.
@@ -69,6 +71,9 @@ class NodeFlowTest(testtools.TestCase):
         cus = hami.percent_to_cus(50, device.devcore)
         value = hami.encode_pod_devices([[hami.ContainerDevice(
             device.id, device.type, 32768, cus)]])
+        cluster.book(api, 'n1', created, ((hami.ContainerDevice(
+            device.id, device.type, 32768, cus),),),
+            allocrecord.capacity_of(registered))
         now = datetime.datetime.now(datetime.UTC)
         api.patch_node('n1', {'metadata': {'annotations': {
             hami.NODE_LOCK: hami.encode_node_lock(hami.NodeLock(

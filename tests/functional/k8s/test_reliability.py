@@ -1,8 +1,11 @@
-"""Many pods at once: several extender workers, many nodes, real HTTP.
+"""Many pods at once: two extenders, several workers, many nodes, real HTTP.
 
 Worker threads play kube-scheduler: each filters and binds pods of random
-sizes (seeded) through the extender's HTTP API, all at the same time, on
-20 simulated nodes of 8 GPUs. One thread per node plays kubelet: as soon
+sizes (seeded) through the HTTP API of one of two independent extender
+services (each its own API client and cache, as two processes: a
+failover or a stuck old leader), all at the same time, on 20 simulated
+nodes of 8 GPUs; only the allocation records keep them from booking the
+same CUs. One thread per node plays kubelet: as soon
 as a pod is bound there it calls the node's device plugin Allocate for
 each GPU container (the plugin's own code path, reading and writing the
 API server stand-in; the gRPC transport is covered by test_e2e). Then:
@@ -10,25 +13,43 @@ no CU is given twice, no GPU's memory, CUs or slots are over-committed,
 every node lock is released, and every pod was bound once or rejected with
 a reason for every node.
 
-``AMDGPU_VIRT_RELIABILITY_PODS`` sets the number of pods (default 1000).
+``AMDGPU_VIRT_RELIABILITY_PODS`` sets the number of pods (default 1000);
+``AMDGPU_VIRT_RELIABILITY_FAULT_PODS`` those of the same run with the
+fault-injection proxy between the API server stand-in and the extenders
+and kubelet (default 100; 500s, resets, answers lost after the write,
+truncated answers and delays by seeded schedule): the same invariants
+hold, every failed request being retried as kube-scheduler and kubelet
+retry.
 """
 
 from __future__ import annotations
 
 import collections
+import datetime
+import functools
+import operator
 import os
 import queue
 import random
+import re
 import threading
+import time
 from typing import Any
 
+import fixtures
 import testtools
 from kubernetes import client
 
+from amdgpu_virt.k8s import allocrecord
 from amdgpu_virt.k8s import deviceplugin
 from amdgpu_virt.k8s import pods as pods_mod
+from amdgpu_virt.k8s import nodelock
+from amdgpu_virt.k8s import recordgc
+from amdgpu_virt.k8s import recordstore
+from amdgpu_virt.k8s import sharedalloc
 from amdgpu_virt.sharing import cumask
 from amdgpu_virt.sharing import hami
+from tests.functional.fixtures import faultproxy
 from tests.functional.k8s import cluster
 
 NODES = tuple('r%02d' % n for n in range(20))
@@ -57,22 +78,43 @@ def _random_pod(rng: random.Random, number: int) -> dict[str, Any]:
     return pod
 
 
+FAULTS = {'seed': SEED, 'delay': 0.05, 'lifetime': 900.0, 'rates': {
+    faultproxy.Fault.ERROR: 0.02, faultproxy.Fault.RESET: 0.01,
+    faultproxy.Fault.RESET_AFTER: 0.01, faultproxy.Fault.TRUNCATE: 0.01,
+    faultproxy.Fault.DELAY: 0.02}}
+
+
 class ReliabilityTest(testtools.TestCase):
 
     def test_many_pods_many_workers(self) -> None:
-        count = int(os.environ.get('AMDGPU_VIRT_RELIABILITY_PODS', '1000'))
+        self._run(int(os.environ.get('AMDGPU_VIRT_RELIABILITY_PODS',
+                                     '1000')), None)
+
+    def test_many_pods_through_api_faults(self) -> None:
+        # the extenders and kubelet reach the API server through the fault
+        # proxy: 500s, resets, answers lost after the write, truncated
+        # answers and delays, by seeded schedule
+        self._run(int(os.environ.get('AMDGPU_VIRT_RELIABILITY_FAULT_PODS',
+                                     '100')), FAULTS)
+
+    def _run(self, count: int, faults: dict[str, Any] | None) -> None:
         world = self.useFixture(cluster.Cluster(
-            NODES, gpus=8, overrides={('scheduler', 'node_lock_wait'): 20.0}))
+            NODES, gpus=8, overrides={('scheduler', 'node_lock_wait'): 20.0},
+            extenders=2, faults=faults))
         rng = random.Random(SEED)
         created = [world.kube.server.put_object('pods', _random_pod(rng, n))
                    for n in range(count)]
-        config = client.Configuration(host=world.kube.server.url)
+        config = client.Configuration(host=world.proxy.url if world.proxy
+                                      else world.kube.server.url)
         config.connection_pool_maxsize = len(NODES) + 4
+        config.retries = 0
         kubelet_client = client.ApiClient(config)
         self.addCleanup(kubelet_client.close)
         kubelet_api = client.CoreV1Api(kubelet_client)
+        checkpoints = self.useFixture(fixtures.TempDir()).path
         plugins = {name: deviceplugin.DevicePlugin(
             world.inventories[name], share_count=10,
+            plugin_dir=checkpoints, socket_name=name,
             pod_source=pods_mod.KubernetesPodSource(name, kubelet_api))
             for name in NODES}
         units = {name: {u.uuid: u for u in world.units[name]}
@@ -92,19 +134,46 @@ class ReliabilityTest(testtools.TestCase):
         env_masks: dict[tuple[str, str], list[tuple[str, int]]] = \
             collections.defaultdict(list)
 
-        def scheduler() -> None:
+        def scheduler(via: int) -> None:
             while True:
                 pod = work.get()
                 if pod is None:
                     return
                 key = pod['metadata']['name']
-                for _attempt in range(5):
-                    answer = world.filter(pod)
+                for attempt in range(5 if faults is None else 20):
+                    if attempt:
+                        # kube-scheduler backs a failed pod off (1 s up to
+                        # 10 s), letting the watches catch up
+                        time.sleep(min(0.05 * 2 ** attempt, 2.0))
+                    answer = world.filter(pod, via=via)
+                    bound = re.search(r'already bound to node (\S+);',
+                                      answer['Error'])
+                    if faults is not None and bound:
+                        # an earlier bind went through, its answer lost
+                        with lock:
+                            bound_to[key].append(bound.group(1))
+                        node_queues[bound.group(1)].put(key)
+                        break
+                    if faults is not None and answer['Error']:
+                        # kube-scheduler retries a failed filter
+                        with lock:
+                            retried.append('%s filter: %s' % (
+                                key, answer['Error']))
+                        continue
                     if answer['Error']:
                         with lock:
                             errors.append('%s filter: %s' % (
                                 key, answer['Error']))
                         break
+                    if not answer['NodeNames'] and any(
+                            'allocation record' in reason
+                            for reason in answer['FailedNodes'].values()):
+                        # the other extender won the record: kube-scheduler
+                        # tries the pod again
+                        with lock:
+                            retried.append('%s filter: %s' % (
+                                key, answer['FailedNodes']))
+                        continue
                     if not answer['NodeNames']:
                         reasons = dict(answer['FailedNodes'])
                         reasons.update(answer['FailedAndUnresolvableNodes'])
@@ -112,7 +181,7 @@ class ReliabilityTest(testtools.TestCase):
                             rejected[key] = reasons
                         break
                     node = answer['NodeNames'][0]
-                    result = world.bind(pod, node)
+                    result = world.bind(pod, node, via=via)
                     if not result['Error']:
                         with lock:
                             bound_to[key].append(node)
@@ -129,6 +198,7 @@ class ReliabilityTest(testtools.TestCase):
 
         def kubelet(node: str) -> None:
             plugin = plugins[node]
+            slots: dict[str, int] = collections.Counter()
             while True:
                 key = node_queues[node].get()
                 if key is None:
@@ -139,13 +209,25 @@ class ReliabilityTest(testtools.TestCase):
                 for number, container in enumerate(wanted):
                     if not container:
                         continue
-                    ids = ['%s-0' % d.uuid for d in container]
-                    try:
-                        allocation = plugin.allocate(
-                            ids, '%s container %d' % (key, number))
-                    except Exception as err:
-                        with lock:
-                            errors.append('%s allocate: %s' % (key, err))
+                    # kubelet hands out free device IDs (slots) only
+                    ids = []
+                    for device in container:
+                        slot = slots[device.uuid]
+                        slots[device.uuid] += 1
+                        ids.append('%s-%d' % (device.uuid, slot))
+                    allocation = None
+                    for attempt in range(1 if faults is None else 20):
+                        try:
+                            allocation = plugin.allocate(
+                                ids, '%s container %d' % (key, number))
+                            break
+                        except Exception as err:
+                            # kubelet retries with the same device IDs
+                            if attempt == (0 if faults is None else 19):
+                                with lock:
+                                    errors.append('%s allocate: %s' % (
+                                        key, err))
+                    if allocation is None:
                         break
                     envs = dict(allocation.envs)
                     masks = cumask.parse_hsa_cu_mask(
@@ -160,8 +242,8 @@ class ReliabilityTest(testtools.TestCase):
 
         kubelets = [threading.Thread(target=kubelet, args=(name,),
                                      daemon=True) for name in NODES]
-        workers = [threading.Thread(target=scheduler, daemon=True)
-                   for _n in range(WORKERS)]
+        workers = [threading.Thread(target=scheduler, args=(n % 2,),
+                                    daemon=True) for n in range(WORKERS)]
         for thread in kubelets + workers:
             thread.start()
         for _n in workers:
@@ -174,10 +256,15 @@ class ReliabilityTest(testtools.TestCase):
             thread.join(timeout=600)
 
         self.assertEqual([], errors)
-        # retries are rare and only for held node locks
-        self.assertLess(len(retried), count // 20, retried[:5])
+        # retries are rare and only for held node locks or records booked
+        # by the other extender (and, with faults, failed API requests)
+        if faults is None:
+            self.assertLess(len(retried), count // 20, retried[:5])
         for message in retried:
-            self.assertIn('hami.io/mutex.lock not acquired', message)
+            self.assertTrue('hami.io/mutex.lock not acquired' in message or
+                            'allocation record' in message or
+                            faults is not None and 'Kubernetes request'
+                            in message, message)
         # every pod bound once or rejected with a reason for every node
         self.assertEqual(count, len(bound_to) + len(rejected))
         self.assertFalse(set(bound_to) & set(rejected))
@@ -213,8 +300,38 @@ class ReliabilityTest(testtools.TestCase):
             self.assertLessEqual(slots, 10)
             self.assertLessEqual(cores, unit.compute_units)
             self.assertLessEqual(mem, unit.vram_mib)
-        # every node lock released
+        # the records: nothing over-committed, each bound pod booked once,
+        # on its node, with what its containers got
+        store = recordstore.RecordStore(world.api)
+        if faults is not None:
+            # a booking whose removal failed (the API lost it) is left on
+            # a node the pod is not bound to until the record sweep
+            recordgc.Collector(store, world.api).sweep()
+        booked: dict[str, str] = {}
+        for name in NODES:
+            record = store.read(name)[0]
+            allocrecord.check(record, sharedalloc.capacity(
+                world.units[name], 10))
+            for grants in record.pods.values():
+                self.assertNotIn(grants.name, booked)
+                booked[grants.name] = name
+                got = {(name, gpu): mask
+                       for gpu, mask in grants.masks().items()}
+                for (node, gpu), mask in got.items():
+                    held = [m for k, m in env_masks[(node, gpu)]
+                            if k == grants.name]
+                    self.assertEqual(mask, functools.reduce(
+                        operator.or_, held, 0), grants.name)
+        self.assertEqual({k: v[0] for k, v in bound_to.items()}, booked)
+        # every node lock released (through faults: a release whose
+        # answer was lost leaves a lock that is stale, its pod allocated)
+        locker = nodelock.NodeLocker(world.api)
         for name in NODES:
             node = world.kube.server.get_object('nodes', name)
-            self.assertNotIn(hami.NODE_LOCK, node['metadata'].get(
-                'annotations', {}), name)
+            value = node['metadata'].get('annotations', {}).get(
+                hami.NODE_LOCK)
+            if faults is None or value is None:
+                self.assertIsNone(value, name)
+            else:
+                self.assertIsNone(locker.holder(
+                    value, datetime.datetime.now(datetime.UTC), name), name)

@@ -656,6 +656,37 @@ class TestMove(PoolTestCase):
         self.assertIn('default/orphan (device gone-device not registered: '
                       'may be this GPU)', stdout)
 
+    def test_allocated_dra_claim_blocks_the_move(self):
+        self.push_ledger()
+        self.assertEqual([GPU0, GPU1], self.run_agent(self.k8s_host))
+        self.k8s.server.put_object('namespaces', {
+            'apiVersion': 'v1', 'kind': 'Namespace',
+            'metadata': {'name': 'team'}})
+        self.k8s.server.put_object('resourceclaims', {
+            'metadata': {'name': 'quarter', 'namespace': 'team'},
+            'spec': {'devices': {'requests': []}},
+            'status': {'allocation': {'devices': {'results': [{
+                'request': 'share', 'driver': 'gpu.amd.com',
+                'pool': self.k8s_host, 'device': 'gpu-0000-25-00-0-share',
+                'shareID': str(uuid.uuid4()),
+                'consumedCapacity': {'computeUnits': '76',
+                                     'memory': '48Gi'}}]}}}})
+        args = ('move', '--ledger', self.ledger_path, '--gpu',
+                '%s:%s' % (self.k8s_host, GPU1), '--to', 'idle',
+                '--fleet', self.fleet, '--state-dir',
+                os.path.join(self.tmp, 'state'))
+        rc, stdout, _stderr = self.run_cli(*args)
+        self.assertEqual(1, rc, stdout)
+        self.assertIn('team/quarter (allocated ResourceClaim)', stdout)
+        # the audit counts it as a consumer of that GPU too
+        rc, stdout, _stderr = self.run_cli('audit', '--ledger',
+                                           self.ledger_path, '-f', 'json')
+        self.assertEqual(1, json.loads(stdout)['in_use']['k8s'])
+        self.k8s.resource.delete_namespaced_resource_claim('quarter',
+                                                           'team')
+        rc, stdout, _stderr = self.run_cli(*args)
+        self.assertEqual(0, rc, stdout)
+
 
 class TestMoveLiveHost(PoolTestCase):
     """``move --sysfs-root``: the host change is seen in the host's sysfs

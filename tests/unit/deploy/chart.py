@@ -31,7 +31,6 @@ VARIANTS: dict[str, dict[str, Any]] = {
         'issuerRef': {'kind': 'ClusterIssuer', 'name': 'corp-ca'}}}}},
     'service-monitor': {
         'serviceMonitor': {'enabled': True, 'labels': {'release': 'prom'}},
-        'scheduler': {'extender': {'host': '0.0.0.0'}},  # noqa: S104
         'networkPolicy': {'metricsFrom': [{'namespaceSelector': {
             'matchLabels': {
                 'kubernetes.io/metadata.name': 'monitoring'}}}]}},
@@ -52,6 +51,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     'no-policies': {'admissionPolicies': {'enabled': False},
                     'networkPolicy': {'enabled': False}},
     'other-namespace': {},
+    'dra': {'dra': {'enabled': True}, 'webhook': {'draClaims': True}},
 }
 #: the namespace a variant is installed in (default: NAMESPACE)
 VARIANT_NAMESPACES = {'other-namespace': 'gpu-system'}

@@ -128,21 +128,23 @@ class ManifestTest(testtools.TestCase):
         containers = {c['name']: c for c in pod['containers']}
         ext = containers['extender']
         self.assertEqual(['k8s', 'scheduler'], ext['command'][-2:])
-        self.assertEqual([url.port], [p['containerPort']
-                                      for p in ext['ports']])
-        # on 127.0.0.1 kubelet's HTTP probes cannot reach the extender:
-        # they run inside the container
+        ports = {p['name']: p['containerPort'] for p in ext['ports']}
+        self.assertEqual(url.port, ports['extender'])
+        # the extender stays on 127.0.0.1, out of kubelet's reach: kubelet
+        # probes the second (probes and metrics only) listener
         for probe, path in (('readinessProbe', '/readyz'),
                             ('livenessProbe', '/healthz')):
-            self.assertNotIn('httpGet', ext[probe])
-            self.assertIn("'%s%s'" % (extender['urlPrefix'], path),
-                          ext[probe]['exec']['command'][-1])
+            self.assertEqual({'path': path, 'port': 'metrics'},
+                             ext[probe]['httpGet'])
         conf = conf_pkg.new_conf()
         parser = configparser.ConfigParser()
         parser.read_string(_find('ConfigMap', 'amdgpu-virt-config')['data'][
             'amdgpu-virt.conf'])
         self.assertEqual(str(url.port), parser['scheduler']['port'])
         self.assertEqual(url.hostname, parser['scheduler']['host'])
+        self.assertEqual(str(ports['metrics']),
+                         parser['scheduler']['metrics_port'])
+        self.assertNotEqual(ports['metrics'], url.port)
         self.assertEqual(conf.scheduler.port, url.port)
         # every amdgpu-virt command of the manifests is a known command
         commands = {e.name for e in importlib.metadata.entry_points(
@@ -228,5 +230,6 @@ class ManifestTest(testtools.TestCase):
         docs = chart.variant('service-monitor')
         (rule,) = chart.find(docs, 'NetworkPolicy', 'amdgpu-virt-scheduler')[
             'spec']['ingress']
-        self.assertEqual([{'protocol': 'TCP', 'port': 8888}], rule['ports'])
+        # the metrics listener, never the extender's filter/bind port
+        self.assertEqual([{'protocol': 'TCP', 'port': 8889}], rule['ports'])
         self.assertTrue(rule['from'])

@@ -29,6 +29,11 @@ class _NoPods(pods.PodSource):
     def release_lock(self, namespace: str, name: str) -> None:
         raise AssertionError('not expected')
 
+    def allocation_record(self) -> Any:
+        from amdgpu_virt.k8s import allocrecord
+
+        return allocrecord.Record(self.node_name)
+
 
 class FromConfTest(testtools.TestCase):
 
@@ -57,7 +62,7 @@ class FromConfTest(testtools.TestCase):
         self.assertIs(source, plugin.pod_source)
         err = self.assertRaises(exception.DevicePluginError,
                                 plugin.allocate, ['x-0'], 'req[0]')
-        self.assertIn('no pod on node n1', str(err))
+        self.assertIn('no live pod bound to node n1', str(err))
 
     def test_unknown_strategy(self) -> None:
         self.conf.set_override('cu_strategy', 'nope', 'sharing')

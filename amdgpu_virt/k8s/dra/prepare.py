@@ -1,0 +1,169 @@
+"""Prepare: concrete CUs for shares, and what a container gets.
+
+Pure: given the node's devices, its ROCr units and the claims prepared
+before, :func:`prepare` turns a claim's results into a
+:class:`~amdgpu_virt.k8s.dra.state.PreparedClaim` (for a share: CU ranges
+chosen by the project's CU allocator against the shares already prepared
+on that GPU partition, so two shares never overlap, also across
+restarts), and :func:`container_edits` into the environment, device nodes
+and mounts of each request.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+
+from amdgpu_virt import exception
+from amdgpu_virt.k8s import devices as unit_devices
+from amdgpu_virt.k8s.dra import claims as dra_claims
+from amdgpu_virt.k8s.dra import state as dra_state
+from amdgpu_virt.sharing import allocator
+from amdgpu_virt.sharing import cumask
+from amdgpu_virt.sharing import hami
+
+
+@dataclasses.dataclass(frozen=True)
+class Edits:
+    """The container edits of one request of a claim."""
+
+    request: str
+    env: tuple[tuple[str, str], ...]
+    device_paths: tuple[str, ...]
+    mounts: tuple[str, ...] = ()
+
+
+def _unit(units: Mapping[tuple[str, int], unit_devices.GpuUnit], gpu: str,
+          partition: int, claim: str) -> unit_devices.GpuUnit:
+    unit = units.get((gpu, partition))
+    if unit is None:
+        raise exception.DraClaimError(
+            claim=claim, reason='GPU %s partition %d has no ROCr device on '
+            'this node (no KFD node or DRM minor)' % (gpu, partition))
+    return unit
+
+
+def index_units(units: Sequence[unit_devices.GpuUnit]
+                ) -> dict[tuple[str, int], unit_devices.GpuUnit]:
+    return {(u.gpu_address, u.partition): u for u in units}
+
+
+def prepare(uid: str, namespace: str, name: str,
+            results: Sequence[dra_claims.Result],
+            units: Sequence[unit_devices.GpuUnit],
+            prepared: Mapping[str, dra_state.PreparedClaim],
+            strategy: allocator.CuStrategy | None = None
+            ) -> dra_state.PreparedClaim:
+    """Choose the claim's concrete devices and CUs.
+
+    :param prepared: the other claims prepared on the node.
+    :raises DraClaimError: a device already held, CUs or memory no longer
+        free, a partition without a ROCr device.
+    """
+    key = '%s/%s' % (namespace, name)
+    by_unit = index_units(units)
+    holders: dict[tuple[str, int], str] = {}
+    cus: dict[tuple[str, int], int] = {}
+    memory: dict[tuple[str, int], int] = {}
+    for other in prepared.values():
+        if other.uid == uid:
+            continue
+        dra_state.check_conflicts(other, holders, cus, 'state')
+        for held in other.devices:
+            if held.masks:
+                (part, _mask), = held.masks
+                memory[(held.gpu, part)] = memory.get(
+                    (held.gpu, part), 0) + held.memory_mib
+    existing_cus = dict(cus)
+    chosen = []
+    for result in results:
+        device = result.device
+        gpu = str(device.gpu.address)
+        for part in device.partitions:
+            _unit(by_unit, gpu, part, key)
+        if not device.shared:
+            chosen.append(dra_state.PreparedDevice(
+                request=result.request, pool=result.pool,
+                device=device.name, gpu=gpu, partitions=device.partitions,
+                share_id=result.share_id))
+            continue
+        (part,) = device.partitions
+        unit = by_unit[(gpu, part)]
+        slot = (gpu, part)
+        if memory.get(slot, 0) + result.memory_mib > device.memory_mib:
+            raise exception.DraClaimError(
+                claim=key, reason='device %s: %d MiB asked, %d of %d MiB '
+                'already prepared for other shares' % (
+                    device.name, result.memory_mib, memory.get(slot, 0),
+                    device.memory_mib))
+        cu_alloc = allocator.CuAllocator(
+            '%s partition %d' % (gpu, part), unit.compute_units,
+            unit=unit.cu_unit, strategy=strategy)
+        if cus.get(slot):
+            cu_alloc.claim_mask('others', cus[slot])
+        try:
+            mask = cu_alloc.allocate_mask(key, result.compute_units)
+        except exception.SharingError as err:
+            raise exception.DraClaimError(
+                claim=key, reason='device %s: %s' % (device.name, err)
+            ) from None
+        cus[slot] = cus.get(slot, 0) | mask
+        memory[slot] = memory.get(slot, 0) + result.memory_mib
+        chosen.append(dra_state.PreparedDevice(
+            request=result.request, pool=result.pool, device=device.name,
+            gpu=gpu, partitions=device.partitions,
+            share_id=result.share_id, compute_units=result.compute_units,
+            memory_mib=result.memory_mib, masks=((part, mask),)))
+    claim = dra_state.PreparedClaim(uid=uid, namespace=namespace,
+                                    name=name, devices=tuple(chosen))
+    try:
+        dra_state.check_conflicts(claim, holders, existing_cus, 'state')
+    except exception.DraStateError as err:
+        raise exception.DraClaimError(claim=key, reason=str(err).split(
+            ': ', 1)[-1]) from None
+    return claim
+
+
+def container_edits(claim: dra_state.PreparedClaim,
+                    units: Sequence[unit_devices.GpuUnit],
+                    library: str = hami.LD_AUDIT_LIBRARY
+                    ) -> tuple[Edits, ...]:
+    """The edits of each request of ``claim``, in request order.
+
+    A request's GPUs are numbered in result order (whole GPUs: all their
+    partitions); a share adds ``HSA_CU_MASK``,
+    ``HIP_DEVICE_MEMORY_LIMIT_<i>``, ``LD_AUDIT`` and the library mount.
+    """
+    by_unit = index_units(units)
+    key = '%s/%s' % (claim.namespace, claim.name)
+    groups: dict[str, list[dra_state.PreparedDevice]] = {}
+    for device in claim.devices:
+        groups.setdefault(device.request.split('/', 1)[0], []).append(device)
+    edits = []
+    for request, members in groups.items():
+        chosen: list[unit_devices.GpuUnit] = []
+        masks: dict[int, int] = {}
+        limits: dict[int, int] = {}
+        for device in members:
+            part_masks = dict(device.masks)
+            for part in device.partitions:
+                unit = _unit(by_unit, device.gpu, part, key)
+                if part in part_masks:
+                    masks[len(chosen)] = part_masks[part]
+                    limits[len(chosen)] = device.memory_mib
+                chosen.append(unit)
+        base = unit_devices.allocation_for(chosen)
+        env = list(base.envs)
+        mounts: tuple[str, ...] = ()
+        if masks:
+            env.append((hami.ENV_HSA_CU_MASK,
+                        cumask.encode_hsa_cu_mask(masks)))
+            env.extend(('%s_%d' % (hami.ENV_HIP_DEVICE_MEMORY_LIMIT, i),
+                        '%dm' % mib) for i, mib in sorted(limits.items()))
+            env.append((hami.ENV_LD_AUDIT, library))
+            mounts = (library,)
+        edits.append(Edits(request=request, env=tuple(env),
+                           device_paths=tuple(n.host_path
+                                              for n in base.devices),
+                           mounts=mounts))
+    return tuple(edits)

@@ -1,0 +1,171 @@
+"""Removing bookings of pods that are gone from the allocation records.
+
+The extender books at filter time; a pod deleted, finished, or never
+bound (its scheduler died between filter and bind) must not keep its
+GPUs. :class:`Collector` removes a pod's booking as soon as the pod watch
+reports it deleted or finished, and sweeps every record every
+``interval`` seconds (:func:`amdgpu_virt.k8s.allocrecord.prune`): read
+the records first, then list the pods, so that a pod booked meanwhile
+(always created before it is booked) is listed. Writes carry the
+record's ``resourceVersion``; several extenders may collect at once.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import queue
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from amdgpu_virt import exception
+from amdgpu_virt.k8s import allocrecord
+from amdgpu_virt.k8s import pods
+from amdgpu_virt.k8s import recordstore
+from amdgpu_virt.sharing import hami
+
+LOG = logging.getLogger(__name__)
+
+
+def _live(items: list[Mapping[str, Any]]) -> dict[str, str]:
+    live = {}
+    for pod in items:
+        meta = pod.get('metadata') or {}
+        uid = meta.get('uid')
+        if not isinstance(uid, str) or (pod.get('status') or {}).get(
+                'phase') in allocrecord.DONE_PHASES:
+            continue
+        live[uid] = str((pod.get('spec') or {}).get('nodeName') or '')
+    return live
+
+
+class Collector:
+    """Event-driven and periodic removal of stale bookings.
+
+    :param records: where the records are.
+    :param core_api: for listing pods and records.
+    :param interval: seconds between sweeps.
+    :param unbound_ttl: seconds a booked pod may stay unbound.
+    """
+
+    def __init__(self, records: recordstore.RecordStore, core_api: Any,
+                 interval: float = 120.0, unbound_ttl: int = 300) -> None:
+        self.records = records
+        self.api = core_api
+        self.interval = interval
+        self.unbound_ttl = unbound_ttl
+        self.stopping = threading.Event()
+        self._queue: queue.Queue[tuple[str, str] | None] = queue.Queue()
+        self._threads: list[threading.Thread] = []
+        #: bookings removed (for observability and tests)
+        self.removed = 0
+
+    # events
+    def pod_event(self, kind: str, obj: Mapping[str, Any]) -> None:
+        """Queue the removal of a deleted or finished pod's booking."""
+        if kind != 'DELETED' and (obj.get('status') or {}).get(
+                'phase') not in allocrecord.DONE_PHASES:
+            return
+        meta = obj.get('metadata') or {}
+        annotations = meta.get('annotations') or {}
+        uid = meta.get('uid')
+        nodes = {(obj.get('spec') or {}).get('nodeName'),
+                 annotations.get(hami.VGPU_NODE)
+                 if isinstance(annotations, Mapping) else None}
+        if not isinstance(uid, str):
+            return
+        for node in nodes:
+            if isinstance(node, str) and node:
+                self._queue.put((node, uid))
+
+    def remove(self, node: str, uid: str) -> None:
+        record = self.records.update(
+            node, lambda record: allocrecord.without(record, uid))
+        if uid not in record.pods:
+            self.removed += 1
+
+    def sweep(self) -> int:
+        """Prune every record once; :returns: bookings removed."""
+        response = pods.call(
+            'LIST configmaps %s' % self.records.namespace,
+            self.api.list_namespaced_config_map, self.records.namespace,
+            label_selector='%s=%s' % (allocrecord.COMPONENT_LABEL,
+                                      allocrecord.COMPONENT),
+            _preload_content=False)
+        nodes = []
+        for item in json.loads(response.data).get('items') or []:
+            text = (item.get('data') or {}).get(allocrecord.DATA_KEY)
+            try:
+                node = json.loads(text).get('node') if text else None
+            except (ValueError, AttributeError):
+                node = None
+            if isinstance(node, str) and node:
+                nodes.append(node)
+        before = {}
+        for node in nodes:
+            before[node] = self.records.read(node)[0]
+        response = pods.call('LIST pods', self.api.list_pod_for_all_namespaces,
+                             _preload_content=False)
+        live = _live(json.loads(response.data).get('items') or [])
+        now = int(time.time())
+        removed = 0
+        for node, record in before.items():
+            if allocrecord.prune(record, live, now, self.unbound_ttl) \
+                    is record:
+                continue
+            new = self.records.update(node, functools.partial(
+                self._prune, seen=frozenset(record.pods), live=live,
+                now=now))
+            removed += len(set(record.pods) - set(new.pods))
+        self.removed += removed
+        return removed
+
+    def _prune(self, current: allocrecord.Record, seen: frozenset[str],
+               live: Mapping[str, str], now: int) -> allocrecord.Record:
+        # what was booked after the pods were listed is kept
+        known = dict(live)
+        for uid in current.pods:
+            if uid not in seen:
+                known.setdefault(uid, '')
+        return allocrecord.prune(current, known, now, self.unbound_ttl)
+
+    # threads
+    def start(self) -> Collector:
+        self.stopping.clear()
+        for target, name in ((self._events, 'record-events'),
+                             (self._sweeps, 'record-sweeps')):
+            thread = threading.Thread(target=target, daemon=True, name=name)
+            thread.start()
+            self._threads.append(thread)
+        return self
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self._queue.put(None)
+        for thread in self._threads:
+            thread.join(timeout=10)
+        self._threads = []
+
+    def _events(self) -> None:
+        while not self.stopping.is_set():
+            item = self._queue.get()
+            if item is None:
+                return
+            try:
+                self.remove(*item)
+            except exception.AmdgpuVirtError as err:
+                LOG.warning('booking of pod uid %s on node %s not removed '
+                            '(the next sweep retries): %s', item[1], item[0],
+                            err)
+
+    def _sweeps(self) -> None:
+        while not self.stopping.wait(self.interval):
+            try:
+                removed = self.sweep()
+                if removed:
+                    LOG.info('Removed %d stale bookings', removed)
+            except Exception as err:  # keep sweeping whatever happened
+                LOG.warning('record sweep failed: %s', err)

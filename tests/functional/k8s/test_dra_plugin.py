@@ -1,0 +1,458 @@
+"""The DRA plugin end to end, against real parts.
+
+A simulated MI300X host (sysfs tree), the plugin built from its options
+and loaded through stevedore, the real ``kubernetes`` client against the
+API server stand-in, the DRA kubelet stand-in over real unix sockets, and
+the allocator stand-in in place of the kube-scheduler: slices published
+-> claims allocated -> status written -> prepare -> CDI spec checked.
+Mocked: nothing but the hardware (simulated tree) and the scheduler.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import fixtures
+import kubernetes_validate
+import testtools
+
+from amdgpu_virt import conf as av_conf
+from amdgpu_virt import exception
+from amdgpu_virt import ledger as av_ledger
+from amdgpu_virt.cmd import dra as cmd_dra
+from amdgpu_virt.k8s.dra import cdi
+from amdgpu_virt.k8s.dra import classes
+from amdgpu_virt.k8s.dra import devices as dra_devices
+from amdgpu_virt.model import Role
+from amdgpu_virt.sharing import cumask
+from tests.functional.fixtures import draallocator as da
+from tests.functional.fixtures import drakubelet
+from tests.functional.fixtures import kubeclient
+from tests.unit.inventory import fixtures as inv_fixtures
+from tests.unit.k8s.dra import helpers
+
+DRIVER = 'gpu.amd.com'
+NODE = 'gpu-node-1'
+# cpx, qpx, gim-cpx, gim-cpx, vfio, cpx, cpx, cpx
+ROLES = (Role.K8S_DEDICATED, Role.K8S_SHARED, Role.NOVA_VF, Role.NOVA_VF,
+         Role.NOVA_DEDICATED, Role.K8S_DEDICATED, Role.K8S_SHARED,
+         Role.IDLE)
+
+
+def _raw(response):
+    return json.loads(response.data)
+
+
+class DraNode(fixtures.Fixture):
+    """API server, simulated node, kubelet stand-in and the plugin."""
+
+    def __init__(self, pod_uid=''):
+        super().__init__()
+        self.pod_uid = pod_uid
+
+    def _setUp(self):
+        self.k8s = self.useFixture(kubeclient.ApiServerFixture())
+        self.k8s.api.create_namespace({'metadata': {'name': 'default'}})
+        self.k8s.api.create_namespace({'metadata': {'name': 'team'}})
+        host = self.useFixture(inv_fixtures.SimulatedHost(
+            inventory=helpers.host('mi300x-mixed-nps4')))
+        self.sysfs = host.root
+        self.tmp = self.useFixture(fixtures.TempDir(
+            rootdir=inv_fixtures.temp_root())).path
+        self.inventory = host.scan(NODE)
+        self.ledger_path = os.path.join(self.tmp, 'ledger.yaml')
+        self.write_ledger(ROLES)
+        self.device_root = os.path.join(self.tmp, 'devroot')
+        self.make_device_nodes()
+        self.kubeconfig = self.k8s.write_kubeconfig(self.tmp)
+        self.registration_dir = os.path.join(self.tmp, 'plugins_registry')
+        self.kubelet = drakubelet.DraKubeletStandIn(
+            self.registration_dir).start()
+        self.addCleanup(self.kubelet.stop)
+        self.plugin = None
+        self.start_plugin()
+        self.addCleanup(self.stop_plugin)
+        for obj in classes.device_classes(DRIVER):
+            self.k8s.resource.create_device_class(obj)
+
+    def write_ledger(self, roles):
+        av_ledger.save(helpers.roles(self.inventory, NODE, *roles),
+                       self.ledger_path)
+
+    def make_device_nodes(self):
+        os.makedirs(os.path.join(self.device_root, 'dev', 'dri'),
+                    exist_ok=True)
+        open(os.path.join(self.device_root, 'dev', 'kfd'), 'w').close()
+        for gpu in self.inventory.gpus:
+            for part in gpu.partitions:
+                for name in ('card%s' % part.card_minor,
+                             'renderD%s' % part.render_minor):
+                    open(os.path.join(self.device_root, 'dev', 'dri', name),
+                         'w').close()
+
+    def conf(self):
+        conf = av_conf.new_conf()
+        for group, values in {
+            'kubernetes': {'kubeconfig': self.kubeconfig,
+                           'node_name': NODE, 'ledger_source': 'file',
+                           'ledger_file': self.ledger_path,
+                           'device_root': self.device_root},
+            'inventory': {'sysfs_root': self.sysfs, 'hostname': NODE},
+            'dra': {'registration_dir': self.registration_dir,
+                    'plugin_dir': os.path.join(self.tmp, 'plugin'),
+                    'cdi_dir': os.path.join(self.tmp, 'cdi'),
+                    'pod_uid': self.pod_uid, 'publish_interval': 1},
+        }.items():
+            for name, value in values.items():
+                conf.set_override(name, value, group=group)
+        return conf
+
+    def start_plugin(self):
+        self.plugin = cmd_dra.load_plugin(self.conf(), self.inventory)
+        self.plugin.start()
+        return self.plugin
+
+    def stop_plugin(self):
+        if self.plugin is not None:
+            self.plugin.stop()
+            self.plugin = None
+
+    # API side ------------------------------------------------------------
+    def slices(self):
+        return _raw(self.k8s.resource.list_resource_slice(
+            _preload_content=False))['items']
+
+    def allocate(self, name, requests, namespace='default'):
+        """Create the claim, allocate it like the scheduler, write status.
+
+        :returns: the stored claim, or None when it does not fit.
+        """
+        api = self.k8s.resource
+        claims = _raw(api.list_resource_claim_for_all_namespaces(
+            _preload_content=False))['items']
+        allocator = da.Allocator(self.slices(), classes.device_classes(
+            DRIVER), [c for c in claims if c.get('status')])
+        obj = da.claim(name, requests, namespace=namespace)
+        stored = _raw(api.create_namespaced_resource_claim(
+            namespace, obj, _preload_content=False))
+        allocation = allocator.allocate(stored, NODE)
+        if allocation is None:
+            return None
+        stored['status'] = {'allocation': allocation}
+        return _raw(api.replace_namespaced_resource_claim_status(
+            name, namespace, stored, _preload_content=False))
+
+    def set_status(self, claim):
+        meta = claim['metadata']
+        return _raw(self.k8s.resource.replace_namespaced_resource_claim_status(
+            meta['name'], meta['namespace'], claim, _preload_content=False))
+
+    def prepare(self, *claims, version=None):
+        return self.kubelet.prepare(DRIVER, [
+            (c['metadata']['namespace'], c['metadata']['uid'],
+             c['metadata']['name']) for c in claims], version=version)
+
+    def unprepare(self, *claims):
+        return self.kubelet.unprepare(DRIVER, [
+            (c['metadata']['namespace'], c['metadata']['uid'],
+             c['metadata']['name']) for c in claims])
+
+    def spec(self, claim):
+        path = cdi.spec_path(os.path.join(self.tmp, 'cdi'), DRIVER,
+                             claim['metadata']['uid'])
+        with open(path) as handle:
+            return json.load(handle)
+
+
+def env_of(spec):
+    return dict(e.split('=', 1) for e in
+                spec['devices'][0]['containerEdits']['env'])
+
+
+def share_request(cus='76', memory='48Gi'):
+    return da.request('share', 'share.' + DRIVER,
+                      capacity={'computeUnits': cus, 'memory': memory})
+
+
+class TestRegistration(testtools.TestCase):
+
+    def test_registers_with_both_versions_and_health(self):
+        node = self.useFixture(DraNode())
+        plugin = node.kubelet.wait_for(DRIVER)
+        self.assertEqual(node.plugin.dra_socket, plugin.endpoint)
+        self.assertTrue(os.path.isabs(plugin.endpoint))
+        self.assertEqual(('v1.DRAPlugin', 'v1beta1.DRAPlugin',
+                          'v1alpha1.DRAResourceHealth',
+                          'v1.DRAResourceHealth'), plugin.versions)
+        self.assertEqual('v1', plugin.dra_version)
+        # the DRA socket was served before kubelet could find the plugin
+        self.assertTrue(plugin.endpoint_ready)
+        self.assertEqual([], node.kubelet.refused)
+        self.assertEqual(os.path.join(node.registration_dir,
+                                      DRIVER + '-reg.sock'),
+                         plugin.registration_socket)
+        deadline = time.monotonic() + 5
+        while not node.plugin.registered and time.monotonic() < deadline:
+            time.sleep(0.02)
+        self.assertTrue(node.plugin.registered)
+
+    def test_per_pod_socket_names_and_sockets_removed_on_stop(self):
+        node = self.useFixture(DraNode(pod_uid='0b9c-uid'))
+        plugin = node.kubelet.wait_for(DRIVER)
+        self.assertEqual('dra-0b9c-uid.sock',
+                         os.path.basename(plugin.endpoint))
+        self.assertEqual(DRIVER + '-0b9c-uid-reg.sock',
+                         os.path.basename(plugin.registration_socket))
+        node.stop_plugin()
+        self.assertFalse(os.path.exists(plugin.endpoint))
+        self.assertFalse(os.path.exists(plugin.registration_socket))
+
+    def test_health_stream_lists_every_device(self):
+        node = self.useFixture(DraNode())
+        plugin = node.kubelet.wait_for(DRIVER)
+        self.assertEqual('v1', plugin.health_version)
+        names = {d['name'] for s in node.slices()
+                 for d in s['spec'].get('devices', [])}
+        deadline = time.monotonic() + 5
+        while not plugin.health and time.monotonic() < deadline:
+            time.sleep(0.02)
+        first = plugin.health[-1]
+        self.assertEqual(names, {name for name, _h, _m in first})
+        self.assertEqual({'HEALTHY'}, {h for _n, h, _m in first})
+        # a render node disappears: that partition, and its whole GPU,
+        # become unhealthy
+        gpu = node.inventory.gpus[0]
+        os.unlink(os.path.join(node.device_root, 'dev', 'dri', 'renderD%d'
+                               % gpu.partitions[2].render_minor))
+        node.plugin.refresh()
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and 'UNHEALTHY' not in {
+                h for _n, h, _m in plugin.health[-1]}:
+            time.sleep(0.02)
+        bad = {n for n, h, _m in plugin.health[-1] if h == 'UNHEALTHY'}
+        label = dra_devices.gpu_label(gpu.address)
+        self.assertEqual({label, label + '-p2'}, bad)
+
+
+class TestEndToEnd(testtools.TestCase):
+
+    def setUp(self):
+        super().setUp()
+        self.node = self.useFixture(DraNode())
+
+    def test_published_slices_are_valid_and_only_kubernetes_gpus(self):
+        objs = self.node.slices()
+        self.assertEqual({1}, {s['spec']['pool']['generation']
+                               for s in objs})
+        for obj in objs:
+            obj.pop('status', None)
+            for key in ('uid', 'resourceVersion', 'creationTimestamp'):
+                obj['metadata'].pop(key, None)
+            kubernetes_validate.validate(obj, '1.36.0', strict=True)
+        gpus = {d['attributes']['pciAddress']['string'] for s in objs
+                for d in s['spec'].get('devices', [])}
+        inv = self.node.inventory.gpus
+        self.assertEqual({str(inv[i].address) for i in (0, 1, 5, 6)}, gpus)
+        # nothing changed: a second publish writes nothing
+        before = len(self.node.k8s.server.requests)
+        self.assertFalse(self.node.plugin.refresh())
+        writes = [r for r in self.node.k8s.server.requests[before:]
+                  if not r.startswith('GET')]
+        self.assertEqual([], writes)
+
+    def test_whole_partition_and_share(self):
+        node = self.node
+        whole = node.allocate('whole', [da.request('gpu', DRIVER)])
+        part = node.allocate('part', [da.request(
+            'p', 'partition.' + DRIVER)])
+        share = node.allocate('share', [share_request()])
+        responses = node.prepare(whole, part, share)
+        for claim in (whole, part, share):
+            entry = responses[claim['metadata']['uid']]
+            self.assertEqual('', entry.error)
+            (device,) = entry.devices
+            self.assertEqual(NODE, device.pool_name)
+            result = claim['status']['allocation']['devices']['results'][0]
+            self.assertEqual(result['device'], device.device_name)
+            request = result['request']
+            self.assertEqual([request], list(device.request_names))
+            self.assertEqual(['k8s.gpu.amd.com/gpu=%s-%s' % (
+                claim['metadata']['uid'], request)],
+                list(device.cdi_device_ids))
+        share_id = responses[share['metadata']['uid']].devices[0].share_id
+        self.assertEqual(share['status']['allocation']['devices'][
+            'results'][0]['shareID'], share_id)
+        # the whole GPU is all 8 partitions of the last k8s-dedicated GPU
+        env = env_of(node.spec(whole))
+        self.assertEqual(8, len(env['ROCR_VISIBLE_DEVICES'].split(',')))
+        self.assertEqual(17, len(node.spec(whole)['devices'][0][
+            'containerEdits']['deviceNodes']))
+        env = env_of(node.spec(share))
+        mask = cumask.parse_hsa_cu_mask(env['HSA_CU_MASK'], 76)
+        self.assertEqual(76, bin(mask.mask_for(0)).count('1'))
+        self.assertEqual('49152m', env['HIP_DEVICE_MEMORY_LIMIT_0'])
+        # unprepare removes the specs; a second time is fine too
+        for _ in range(2):
+            self.assertEqual({c['metadata']['uid']: '' for c in
+                              (whole, part, share)},
+                             {k: v.error for k, v in node.unprepare(
+                                 whole, part, share).items()})
+        self.assertFalse(os.path.exists(cdi.spec_path(
+            os.path.join(node.tmp, 'cdi'), DRIVER, whole['metadata']['uid'])))
+
+    def test_v1beta1_prepare_has_no_share_id(self):
+        share = self.node.allocate('share', [share_request('8', '1Gi')])
+        entry = self.node.prepare(share, version='v1beta1')[
+            share['metadata']['uid']]
+        self.assertEqual('', entry.error)
+        self.assertFalse(hasattr(entry.devices[0], 'share_id'))
+
+    def test_unknown_claim_unprepares(self):
+        fake = {'metadata': {'namespace': 'default', 'name': 'gone',
+                             'uid': 'f00'}}
+        self.assertEqual({'f00': ''}, {k: v.error for k, v in
+                                       self.node.unprepare(fake).items()})
+
+    def test_plugin_restart_keeps_prepared_claims(self):
+        node = self.node
+        first = node.allocate('a', [share_request('30', '8Gi')])
+        node.prepare(first)
+        mask_a = cumask.parse_hsa_cu_mask(env_of(node.spec(first))[
+            'HSA_CU_MASK'], 76).mask_for(0)
+        node.stop_plugin()
+        node.start_plugin()
+        node.kubelet.wait_for(DRIVER)
+        second = node.allocate('b', [share_request('30', '8Gi')])
+        deadline = time.monotonic() + 5
+        while True:
+            try:
+                node.prepare(second)
+                break
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+        mask_b = cumask.parse_hsa_cu_mask(env_of(node.spec(second))[
+            'HSA_CU_MASK'], 76).mask_for(0)
+        self.assertFalse(mask_a & mask_b)
+        # a reboot emptied the CDI dir; kubelet prepares again
+        os.unlink(cdi.spec_path(os.path.join(node.tmp, 'cdi'), DRIVER,
+                                first['metadata']['uid']))
+        self.assertEqual('', node.prepare(first)[
+            first['metadata']['uid']].error)
+        self.assertEqual(mask_a, cumask.parse_hsa_cu_mask(env_of(
+            node.spec(first))['HSA_CU_MASK'], 76).mask_for(0))
+
+    def test_kubelet_restart_discovers_the_plugin_again(self):
+        node = self.node
+        claim = node.allocate('a', [da.request('gpu', DRIVER)])
+        node.prepare(claim)
+        socket = node.plugin.registration_socket
+        node.kubelet.restart()
+        node.kubelet.wait_for(DRIVER)
+        # GetInfo again on the same socket, as a restarted kubelet does
+        self.assertEqual(2, node.kubelet.getinfo_calls[socket])
+        self.assertEqual('', node.prepare(claim)[
+            claim['metadata']['uid']].error)
+
+    def test_removed_registration_socket_is_served_again(self):
+        node = self.node
+        os.unlink(node.plugin.registration_socket)
+        node.plugin.watch_once()
+        node.kubelet.wait_for(DRIVER)
+        self.assertTrue(os.path.exists(node.plugin.registration_socket))
+
+    def test_role_change_withdraws_and_raises_the_generation(self):
+        node = self.node
+        roles = list(ROLES)
+        roles[5] = Role.NOVA_VF
+        node.write_ledger(roles)
+        self.assertTrue(node.plugin.refresh())
+        objs = node.slices()
+        self.assertEqual({2}, {s['spec']['pool']['generation']
+                               for s in objs})
+        self.assertEqual({len(objs)}, {s['spec']['pool'][
+            'resourceSliceCount'] for s in objs})
+        gone = str(node.inventory.gpus[5].address)
+        self.assertNotIn(gone, {d['attributes']['pciAddress']['string']
+                                for s in objs
+                                for d in s['spec'].get('devices', [])})
+        # every GPU withdrawn: no slice left
+        node.write_ledger([Role.IDLE] * 8)
+        node.plugin.refresh()
+        self.assertEqual([], node.slices())
+
+    def test_disabled_feature_gate_withdraws_the_slices(self):
+        node = self.node
+        node.k8s.server.store.disabled_gates.add('DRAPartitionableDevices')
+        roles = list(ROLES)
+        roles[6] = Role.K8S_DEDICATED
+        node.write_ledger(roles)
+        err = self.assertRaises(exception.DraPluginError,
+                                node.plugin.refresh)
+        self.assertIn('DRAPartitionableDevices', str(err))
+        self.assertEqual([], node.slices())
+
+
+class TestHostileClaims(testtools.TestCase):
+
+    def setUp(self):
+        super().setUp()
+        self.node = self.useFixture(DraNode())
+
+    def refused(self, claim, *words):
+        entry = self.node.prepare(claim)[claim['metadata']['uid']]
+        for word in words:
+            self.assertIn(word, entry.error)
+        self.assertEqual(0, len(entry.devices))
+        self.assertFalse(os.path.exists(cdi.spec_path(
+            os.path.join(self.node.tmp, 'cdi'), DRIVER,
+            claim['metadata']['uid'])))
+        self.assertEqual({}, self.node.plugin.state.load())
+
+    def test_status_naming_another_driver(self):
+        claim = self.node.allocate('c', [da.request('gpu', DRIVER)])
+        claim['status']['allocation']['devices']['results'][0][
+            'driver'] = 'gpu.example.com'
+        claim = self.node.set_status(claim)
+        self.refused(claim, 'default/c', 'gpu.example.com')
+
+    def test_device_not_ours(self):
+        claim = self.node.allocate('c', [da.request('gpu', DRIVER)])
+        nova_gpu = self.node.inventory.gpus[2].address
+        claim['status']['allocation']['devices']['results'][0][
+            'device'] = helpers_label(nova_gpu)
+        claim = self.node.set_status(claim)
+        self.refused(claim, helpers_label(nova_gpu), 'does not publish')
+
+    def test_consumed_capacity_beyond_the_device(self):
+        claim = self.node.allocate('c', [share_request('8', '1Gi')])
+        claim['status']['allocation']['devices']['results'][0][
+            'consumedCapacity'] = {'computeUnits': '77', 'memory': '1Gi'}
+        claim = self.node.set_status(claim)
+        self.refused(claim, 'computeUnits 77')
+
+    def test_unallocated_and_missing_claims(self):
+        stored = _raw(self.node.k8s.resource.create_namespaced_resource_claim(
+            'default', da.claim('c', [da.request('gpu', DRIVER)]),
+            _preload_content=False))
+        self.refused(stored, 'not allocated')
+        ghost = {'metadata': {'namespace': 'default', 'name': 'ghost',
+                              'uid': 'a-b'}}
+        self.refused(ghost, 'ghost')
+
+    def test_corrupt_state_file(self):
+        claim = self.node.allocate('c', [da.request('gpu', DRIVER)])
+        with open(self.node.plugin.state.path, 'w') as handle:
+            handle.write('{"version": 1, "claims": {"x": {"devices": 5}}}')
+        entry = self.node.prepare(claim)[claim['metadata']['uid']]
+        self.assertIn(self.node.plugin.state.path, entry.error)
+        self.assertIn('claims[x]', entry.error)
+        self.node.stop_plugin()
+        self.assertRaises(exception.DraStateError, self.node.start_plugin)
+
+
+def helpers_label(address):
+    return dra_devices.gpu_label(address)

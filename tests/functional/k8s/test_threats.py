@@ -1,0 +1,223 @@
+"""Tenants and nodes attack through the API with their own tokens.
+
+The API server stand-in authenticates bearer tokens, authorizes with RBAC
+and runs ValidatingAdmissionPolicies with a real CEL engine (see
+:mod:`tests.functional.fixtures.apiauth`). The project's RBAC objects and
+admission policies are loaded from the shipped manifests
+(``deploy/kubernetes/rbac.yaml``, ``admission-policies.yaml``); a tenant
+owns the pods of its namespace and nothing else.
+
+Threat 2: a tenant creates or patches ``hami.io/*`` annotations on its
+pod, to claim a GPU, to make its CUs look free, or to poison a node.
+Threat 4: a node's token patches another node or another node's pod, or
+writes an allocation record. Each attack must fail, and nothing that was
+booked or allocated may be lost.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import testtools
+import yaml
+from kubernetes import client
+from kubernetes.client import exceptions as k8s_exceptions
+
+from amdgpu_virt.k8s import allocrecord
+from amdgpu_virt.k8s import recordstore
+from amdgpu_virt.sharing import hami
+from tests.functional.fixtures import apiauth
+from tests.functional.fixtures import kubeclient
+from tests.functional.k8s import cluster
+
+NAMESPACE = 'amdgpu-virt'
+SCHEDULER = 'system:serviceaccount:%s:amdgpu-virt-scheduler' % NAMESPACE
+NODE = 'system:serviceaccount:%s:amdgpu-virt-node' % NAMESPACE
+TOKENS = {
+    'tenant': apiauth.UserInfo('tenant'),
+    'node-a': apiauth.service_account(NAMESPACE, 'amdgpu-virt-node', 'a'),
+    'scheduler': apiauth.service_account(NAMESPACE, 'amdgpu-virt-scheduler'),
+}
+_RBAC = 'rbac.authorization.k8s.io'
+MANIFESTS = os.path.join(os.path.dirname(__file__), '..', '..', '..',
+                         'deploy', 'kubernetes')
+_PLURALS = {'Role': 'roles', 'RoleBinding': 'rolebindings',
+            'ClusterRole': 'clusterroles',
+            'ClusterRoleBinding': 'clusterrolebindings',
+            'ValidatingAdmissionPolicy': 'validatingadmissionpolicies',
+            'ValidatingAdmissionPolicyBinding':
+            'validatingadmissionpolicybindings'}
+
+
+def shipped(name: str) -> list[dict[str, Any]]:
+    """The RBAC and admission objects of a shipped manifest."""
+    with open(os.path.join(MANIFESTS, name)) as stream:
+        return [doc for doc in yaml.safe_load_all(stream)
+                if doc and doc.get('kind') in _PLURALS]
+
+
+#: a tenant owns the pods of its namespace, and nothing else
+TENANT = [
+    {'kind': 'Role', 'metadata': {'name': 'tenant', 'namespace': 'team'},
+     'rules': [{'apiGroups': [''], 'resources': ['pods'], 'verbs': [
+         'get', 'list', 'watch', 'create', 'update', 'patch', 'delete']}]},
+    {'kind': 'RoleBinding', 'metadata': {'name': 'tenant',
+                                         'namespace': 'team'},
+     'subjects': [{'kind': 'User', 'name': 'tenant'}],
+     'roleRef': {'apiGroup': _RBAC, 'kind': 'Role', 'name': 'tenant'}},
+]
+
+
+class ThreatTest(testtools.TestCase):
+
+    def setUp(self) -> None:
+        super().setUp()
+        self.kube = self.useFixture(kubeclient.ApiServerFixture(
+            tokens=TOKENS))
+        self.admin = self.kube.api
+        for name in ('team', NAMESPACE):
+            self.admin.create_namespace({'metadata': {'name': name}})
+        # the project's RBAC and admission policies as the manifests
+        # ship them
+        objects = TENANT + shipped('rbac.yaml') + shipped(
+            'admission-policies.yaml')
+        self.assertIn('amdgpu-virt-allocation-annotations', [
+            o['metadata']['name'] for o in objects])
+        for obj in objects:
+            self.kube.server.put_object(_PLURALS[obj['kind']], obj)
+        for name in ('a', 'b'):
+            self.admin.create_node({'metadata': {'name': name}})
+        self.tenant = client.CoreV1Api(self.kube.client_for('tenant'))
+        self.node = client.CoreV1Api(self.kube.client_for('node-a'))
+        self.scheduler = client.CoreV1Api(self.kube.client_for('scheduler'))
+        self.records = recordstore.RecordStore(self.scheduler)
+        # a tenant pod the scheduler placed and the node allocated on a
+        self.gpu = 'abcdef0123456789'
+        self.capacity = {self.gpu: allocrecord.Capacity(10, 65536, 304)}
+        self.pod = self._placed('job', 'a')
+
+    def _placed(self, name: str, node: str) -> dict[str, Any]:
+        pod = self.tenant.create_namespaced_pod('team', cluster.gpu_pod(
+            name, [{'amd.com/gpu': '1', 'amd.com/gpucores': '50'}]),
+            _preload_content=False)
+        obj = json.loads(pod.data)
+        devices = ((hami.ContainerDevice(self.gpu, 'AMD', 1024, 152),),)
+        record = self.records.update(node, lambda r: allocrecord.book(
+            r, obj['metadata']['uid'], 'team', name, 1, devices,
+            self.capacity))
+        value = hami.encode_pod_devices(devices)
+        masks = record.pods[obj['metadata']['uid']].masks()
+        self.scheduler.patch_namespaced_pod(name, 'team', {'metadata': {
+            'annotations': {hami.DEVICES_ALLOCATED: value,
+                            hami.DEVICES_TO_ALLOCATE: value,
+                            hami.VGPU_NODE: node,
+                            hami.CU_ALLOCATED: hami.encode_cu_allocated(
+                                masks)}}})
+        self.scheduler.create_namespaced_pod_binding(
+            name, 'team', {'metadata': {'name': name,
+                                        'uid': obj['metadata']['uid']},
+                           'target': {'kind': 'Node', 'name': node}},
+            _preload_content=False)
+        return self.kube.server.get_object('pods', name, 'team')
+
+    def _refused(self, func: Any, *args: Any, **kwargs: Any) -> str:
+        err = self.assertRaises(k8s_exceptions.ApiException, func, *args,
+                                **kwargs)
+        self.assertIn(err.status, (403, 422), err.body)
+        return str(json.loads(err.body)['message'])
+
+    # -- threat 2: the tenant -------------------------------------------
+
+    def test_tenant_cannot_claim_a_gpu_at_create(self) -> None:
+        pod = cluster.gpu_pod('claim', [{'amd.com/gpu': '1'}], annotations={
+            hami.DEVICES_ALLOCATED: '%s,AMD,65536,304:;' % self.gpu,
+            hami.VGPU_NODE: 'a', hami.BIND_PHASE: 'allocating'})
+        message = self._refused(self.tenant.create_namespaced_pod, 'team',
+                                pod)
+        self.assertIn('amdgpu-virt-allocation-annotations', message)
+        self.assertIsNone(self.kube.server.get_object('pods', 'claim',
+                                                      'team'))
+
+    def test_tenant_cannot_change_what_its_pod_holds(self) -> None:
+        record = self.records.read('a')[0]
+        attacks = [
+            # make its CUs look free, so they are handed to a second pod
+            {hami.CU_ALLOCATED: None},
+            {hami.CU_ALLOCATED: '{"%s":"0"}' % self.gpu},
+            # claim the whole GPU
+            {hami.DEVICES_ALLOCATED: '%s,AMD,65536,304:;' % self.gpu},
+            # poison the node: unreadable values tied to it
+            {hami.DEVICES_ALLOCATED: 'garbage', hami.VGPU_NODE: 'b'},
+            {hami.BIND_PHASE: 'allocating', hami.BIND_TIME: '1'},
+        ]
+        for attack in attacks:
+            for content_type in ('application/merge-patch+json',
+                                 'application/strategic-merge-patch+json'):
+                message = self._refused(
+                    self.tenant.patch_namespaced_pod, 'job', 'team',
+                    {'metadata': {'annotations': attack}},
+                    _content_type=content_type)
+                self.assertIn('may not set, change or remove the GPU '
+                              'allocation annotation', message)
+        # a JSON patch that removes every annotation
+        self._refused(self.tenant.patch_namespaced_pod, 'job', 'team',
+                      [{'op': 'remove', 'path': '/metadata/annotations'}])
+        # nothing lost
+        self.assertEqual(self.pod, self.kube.server.get_object(
+            'pods', 'job', 'team'))
+        self.assertEqual(record, self.records.read('a')[0])
+        # the tenant still manages its pod otherwise
+        self.tenant.patch_namespaced_pod('job', 'team', {'metadata': {
+            'labels': {'app': 'x'}}})
+
+    def test_tenant_cannot_write_records_or_nodes(self) -> None:
+        name = allocrecord.configmap_name('a')
+        self._refused(self.tenant.patch_namespaced_config_map, name,
+                      NAMESPACE, {'data': {'allocations': '{}'}})
+        self._refused(self.tenant.delete_namespaced_config_map, name,
+                      NAMESPACE)
+        self._refused(self.tenant.patch_node, 'a', {'metadata': {
+            'annotations': {hami.NODE_LOCK: 'x'}}})
+        self._refused(self.tenant.read_namespaced_config_map, name,
+                      NAMESPACE)
+
+    # -- threat 4: a node's token ---------------------------------------
+
+    def test_node_token_stays_on_its_node(self) -> None:
+        other = self._placed('elsewhere', 'b')
+        nodes = {n: self.kube.server.get_object('nodes', n)
+                 for n in ('a', 'b')}
+        records = {n: self.records.read(n)[0] for n in ('a', 'b')}
+        lock = {'metadata': {'annotations': {hami.NODE_LOCK: 'x'}}}
+        message = self._refused(self.node.patch_node, 'b', lock)
+        self.assertIn('of node a may not write node b', message)
+        self._refused(self.node.patch_node_status, 'b', {'status': {
+            'capacity': {'amd.com/gpu': '0'}}})
+        self._refused(self.node.patch_namespaced_pod, 'elsewhere', 'team',
+                      {'metadata': {'annotations': {
+                          hami.BIND_PHASE: 'failed'}}})
+        # the records are the scheduler's
+        for node in ('a', 'b'):
+            self._refused(self.node.patch_namespaced_config_map,
+                          allocrecord.configmap_name(node), NAMESPACE,
+                          {'data': {'allocations': '{}'}})
+        self._refused(self.node.create_namespaced_config_map, NAMESPACE,
+                      {'metadata': {'name': 'amdgpu-virt-alloc-c'}})
+        self._refused(self.node.delete_namespaced_pod, 'job', 'team')
+        # nothing lost
+        for name in ('a', 'b'):
+            self.assertEqual(nodes[name], self.kube.server.get_object(
+                'nodes', name))
+            self.assertEqual(records[name], self.records.read(name)[0])
+        self.assertEqual(other, self.kube.server.get_object(
+            'pods', 'elsewhere', 'team'))
+        # what the node does write is allowed: its node, its pods, and it
+        # reads its record
+        self.node.patch_node('a', {'metadata': {'annotations': {
+            hami.NODE_REGISTER: '[]'}}})
+        self.node.patch_namespaced_pod('job', 'team', {'metadata': {
+            'annotations': {hami.BIND_PHASE: 'success'}}})
+        self.assertEqual(records['a'], recordstore.RecordStore(
+            self.node).read('a')[0])

@@ -1,0 +1,101 @@
+"""``amdgpu-virt k8s dra-slices``: what a host would publish, offline."""
+
+from __future__ import annotations
+
+import os
+
+import yaml
+
+from amdgpu_virt import ledger as av_ledger
+from amdgpu_virt.inventory import snapshot
+from amdgpu_virt.model import Role
+from tests.unit.cmd import test_inventory_cli
+from tests.unit.k8s.dra import helpers
+
+
+class TestDraSlices(test_inventory_cli.CliTestCase):
+
+    def docs(self, *argv):
+        status, out, err = self.run_cli('k8s', 'dra-slices', *argv)
+        self.assertEqual(0, status, err)
+        return list(yaml.safe_load_all(out)), err
+
+    def test_simulated_cpx_host(self):
+        root, _out = self.simulate('--mode', 'cpx', '--nps', 'nps4',
+                                   '--hostname', 'node-a')
+        docs, err = self.docs('--sysfs-root', root, '--node', 'node-a')
+        self.assertEqual(['ResourceSlice'] * 3, [d['kind'] for d in docs])
+        self.assertEqual([64, 7, 0], [len(d['spec'].get('devices', []))
+                                      for d in docs])
+        self.assertIn('KFD shows 7', err)  # the 63-partition quirk
+        self.assertEqual({'node-a'}, {d['spec']['pool']['name']
+                                      for d in docs})
+
+    def test_ledger_and_classes_from_a_snapshot(self):
+        inv = helpers.host('mi300x-spx')
+        path = os.path.join(self.tmp, 'inv.json')
+        with open(path, 'w') as handle:
+            handle.write(snapshot.dumps(inv))
+        ledger = os.path.join(self.tmp, 'ledger.yaml')
+        av_ledger.save(helpers.roles(inv, inv.hostname, Role.NOVA_VF,
+                                     Role.K8S_SHARED, Role.K8S_DEDICATED),
+                       ledger)
+        docs, _err = self.docs('--snapshot', path, '--ledger', ledger,
+                               '--classes', '--generation', '4')
+        self.assertEqual(['DeviceClass'] * 3 + ['ResourceSlice'],
+                         [d['kind'] for d in docs])
+        (slice_,) = docs[3:]
+        self.assertEqual(4, slice_['spec']['pool']['generation'])
+        self.assertEqual(['gpu', 'share'], [
+            d['attributes']['type']['string']
+            for d in slice_['spec']['devices']])
+
+    def test_host_missing_from_the_ledger_offers_nothing(self):
+        root, _out = self.simulate('--gpus', '1')
+        ledger = os.path.join(self.tmp, 'ledger.yaml')
+        av_ledger.save(helpers.roles(helpers.host('mi300x-spx'), 'other',
+                                     Role.K8S_DEDICATED), ledger)
+        status, out, err = self.run_cli('k8s', 'dra-slices', '--sysfs-root',
+                                        root, '--ledger', ledger,
+                                        '--node', 'mine')
+        self.assertEqual(0, status)
+        self.assertEqual('', out)
+        self.assertIn('host mine is not in ledger', err)
+        self.assertIn('offers no GPU', err)
+
+    def test_help(self):
+        status, out, _err = self.run_cli('help', 'k8s', 'dra-slices')
+        self.assertEqual(0, status)
+        self.assertIn('--ledger', out)
+        self.assertIn('only GPUs whose role is k8s-dedicated', out)
+
+
+class TestApplyRendersDra(test_inventory_cli.CliTestCase):
+
+    def test_apply_writes_the_slices_of_kubernetes_hosts(self):
+        ledger_path = os.path.join(self.tmp, 'ledger.yaml')
+        status, _out, err = self.run_cli('plan', '--output-ledger',
+                                         ledger_path)
+        self.assertEqual(0, status, err)
+        out_dir = os.path.join(self.tmp, 'out')
+        status, _out, err = self.run_cli('apply', '--ledger', ledger_path,
+                                         '--output-dir', out_dir)
+        self.assertEqual(0, status, err)
+        ledger = av_ledger.load(ledger_path)
+        found = 0
+        for host in ledger.hosts:
+            k8s = {str(a.address) for a in ledger.for_host(host)
+                   if a.role in (Role.K8S_DEDICATED, Role.K8S_SHARED)}
+            path = os.path.join(out_dir, host, 'k8s',
+                                'dra-resourceslices.yaml')
+            if not k8s:
+                self.assertFalse(os.path.exists(path), host)
+                continue
+            with open(path) as handle:
+                docs = list(yaml.safe_load_all(handle))
+            found += 1
+            published = {d['attributes']['pciAddress']['string']
+                         for s in docs for d in s['spec'].get('devices', [])}
+            self.assertEqual(k8s, published, host)
+            self.assertEqual({host}, {s['spec']['nodeName'] for s in docs})
+        self.assertGreater(found, 0)
