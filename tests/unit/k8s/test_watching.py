@@ -170,7 +170,7 @@ class PagedListTest(testtools.TestCase):
             applied: list[list[dict[str, Any]]] = []
             watcher = watching.Watcher(
                 'pods', lambda response=response, **kw: response,
-                lambda items, rv: applied.append(items),
+                lambda items, rv, applied=applied: applied.append(items),
                 lambda kind, obj: None)
             self.assertEqual('7', watcher._list(), extra)
             self.assertEqual([[pod]], applied)
