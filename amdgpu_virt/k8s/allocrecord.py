@@ -328,10 +328,10 @@ def book(record: Record, uid: str, namespace: str, name: str, when: int,
     mem_used: dict[str, int] = {}
     slots_used: dict[str, int] = {}
     for other in base.pods.values():
-        for container in other.containers:
-            for grant in container:
-                mem_used[grant.gpu] = mem_used.get(grant.gpu, 0) + grant.mem
-                slots_used[grant.gpu] = slots_used.get(grant.gpu, 0) + 1
+        for held_by_container in other.containers:
+            for held in held_by_container:
+                mem_used[held.gpu] = mem_used.get(held.gpu, 0) + held.mem
+                slots_used[held.gpu] = slots_used.get(held.gpu, 0) + 1
         for gpu, mask in other.masks().items():
             cap = capacity.get(gpu)
             if cap is None:
