@@ -688,10 +688,13 @@ def device_number(root: str, device_class: str, name: str
     """
     path = os.path.join(root, 'class', device_class, name, 'dev')
     try:
-        with open(path, 'rb') as handle:
-            raw = handle.read(64)
+        # the bounded reader: a FIFO or an endless file there is refused,
+        # never read
+        raw = fileutil.read_bytes(path, 'sysfs value', 64, truncate=True)
         major, minor = raw.decode('ascii').strip().split(':')
         return int(major), int(minor)
+    except exception.FileInputError as err:
+        raise exception.InventoryError(source=path, reason=str(err)) from None
     except (OSError, UnicodeDecodeError, ValueError) as err:
         raise exception.InventoryError(
             source=path, reason='no device number (%s)' % (

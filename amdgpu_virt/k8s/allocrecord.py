@@ -317,13 +317,21 @@ def book(record: Record, uid: str, namespace: str, name: str, when: int,
     """The record with pod ``uid`` holding ``containers`` (replacing what
     it held), concrete CU ranges chosen against every other pod's.
 
-    :raises InsufficientCapacity: the CUs are not free any more (another
-        writer booked them).
+    :raises InsufficientCapacity: the CUs, MiB or slots are not free any
+        more (another writer booked them).
     :raises AllocationRecordError: the result would be over-committed.
     """
     base = without(record, uid)
     allocators: dict[str, allocator.CuAllocator] = {}
+    # MiB and slots other pods hold per GPU: what this pod asks beyond the
+    # rest is "no room" (a writer whose cache lagged), not a bad record
+    mem_used: dict[str, int] = {}
+    slots_used: dict[str, int] = {}
     for other in base.pods.values():
+        for held_by_container in other.containers:
+            for held in held_by_container:
+                mem_used[held.gpu] = mem_used.get(held.gpu, 0) + held.mem
+                slots_used[held.gpu] = slots_used.get(held.gpu, 0) + 1
         for gpu, mask in other.masks().items():
             cap = capacity.get(gpu)
             if cap is None:
@@ -349,6 +357,19 @@ def book(record: Record, uid: str, namespace: str, name: str, when: int,
             if alloc is None:
                 alloc = allocators[gpu] = allocator.CuAllocator(
                     gpu, cap.cus, unit=cap.unit, strategy=strategy)
+            mib = max(device.usedmem, 0)
+            if mem_used.get(gpu, 0) + mib > cap.mem:
+                raise exception.InsufficientCapacity(
+                    gpu=gpu, requested=mib, unit='MiB', owner=owner,
+                    free=max(cap.mem - mem_used.get(gpu, 0), 0),
+                    capacity=cap.mem)
+            if slots_used.get(gpu, 0) + 1 > cap.slots:
+                raise exception.InsufficientCapacity(
+                    gpu=gpu, requested=1, unit='slots', owner=owner,
+                    free=max(cap.slots - slots_used.get(gpu, 0), 0),
+                    capacity=cap.slots)
+            mem_used[gpu] = mem_used.get(gpu, 0) + mib
+            slots_used[gpu] = slots_used.get(gpu, 0) + 1
             count = min(max(device.usedcores, 0), cap.cus) or cap.cus
             if count >= cap.cus:
                 if alloc.used_count:
@@ -360,7 +381,7 @@ def book(record: Record, uid: str, namespace: str, name: str, when: int,
                 alloc.claim_mask('%s#%d' % (owner, number), mask)
             else:
                 mask = alloc.allocate_mask('%s#%d' % (owner, number), count)
-            grants.append(Grant(gpu, max(device.usedmem, 0), mask))
+            grants.append(Grant(gpu, mib, mask))
         booked.append(tuple(grants))
     pods = dict(base.pods)
     pods[uid] = PodGrants(uid, namespace, name, when, tuple(booked))

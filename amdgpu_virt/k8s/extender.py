@@ -706,11 +706,13 @@ class Service:
         self.collector = recordgc.Collector(
             records, core_api, interval=group.record_sweep_interval,
             unbound_ttl=group.node_lock_timeout)
-        # this process is the extender's own: after each list, keep the
-        # loaded objects out of the cyclic collector's full passes
+        # this process is the extender's own: pause the cyclic collector
+        # while a list is read, and after each list keep the loaded objects
+        # out of its full passes
         self.watchers = watching.watchers(
             self.cache, core_api, group.watch_timeout,
-            after_list=watching.settle_memory)
+            after_list=watching.settle_memory,
+            pause_collector=True)
         pod_watcher = self.watchers[1]
         feed = pod_watcher.on_event
 

@@ -363,7 +363,7 @@ def build_view(name: str, devices: Sequence[hami.DeviceInfo],
     pending: list[tuple[str, str, int]] = []
     stored: list[tuple[str, str, int]] = []
     for owner, containers, cu_masks in pods:
-        mine = collections.Counter[str]()
+        mine: dict[str, int] = {}   # a plain dict: one per pod, keep it cheap
         for container in containers:
             for used in container:
                 uuid = used.uuid.lower()
@@ -374,13 +374,15 @@ def build_view(name: str, devices: Sequence[hami.DeviceInfo],
                 slots[uuid] += 1
                 cores[uuid] += used.usedcores
                 mem[uuid] += used.usedmem
-                mine[uuid] += used.usedcores
+                mine[uuid] = mine.get(uuid, 0) + used.usedcores
         for uuid, count in mine.items():
-            mask = (cu_masks or {}).get(uuid)
-            if mask is None:
-                for key, value in (cu_masks or {}).items():
-                    if key.lower() == uuid:
-                        mask = value
+            mask = None
+            if cu_masks:
+                mask = cu_masks.get(uuid)
+                if mask is None:
+                    for key, value in cu_masks.items():
+                        if key.lower() == uuid:
+                            mask = value
             if mask:
                 stored.append((owner, uuid, mask))
                 count -= mask.bit_count()

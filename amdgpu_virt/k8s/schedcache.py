@@ -400,21 +400,32 @@ class ClusterCache:
                      list_rv: int | None = None) -> None:
         """A fresh list: every pod entry is replaced; reservations the
         list already shows end."""
-        pairs = [(pod_key(obj), _rv(obj), decode_pod(obj)) for obj in objs]
+        pods: dict[str, PodEntry] = {}
+        listed: set[str] = set()
+        for obj in objs:
+            entry = decode_pod(obj)
+            if entry is None:
+                listed.add(pod_key(obj))
+            else:
+                listed.add(entry.key)
+                pods[entry.key] = entry
         with self.lock:
-            self._pods = {key: entry for key, _rv_, entry in pairs
-                          if entry is not None}
-            listed = {key for key, _rv_, _entry in pairs}
+            self._pods = pods
             for key, reservation in list(self._reserved.items()):
                 if reservation.resource_version is not None and (
                         key not in listed or list_rv is not None and
                         reservation.resource_version <= list_rv):
                     del self._reserved[key]
+            # every placement afresh (what _refresh does, key by key)
             self._by_node.clear()
             self._placed.clear()
             self._dirty = set(self._nodes)
-            for key in set(self._pods) | set(self._reserved):
-                self._refresh(key)
+            for key in pods.keys() | self._reserved.keys():
+                node = self._effective(key)[0]
+                if node is not None:
+                    self._placed[key] = node
+                    self._by_node.setdefault(node, set()).add(key)
+                    self._dirty.add(node)
             self.pods_synced.set()
 
     # -- views and decisions --------------------------------------------

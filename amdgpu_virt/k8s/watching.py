@@ -12,12 +12,15 @@ Nothing here acts on the whole process: what should happen after a list
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
+
+import orjson
 
 from amdgpu_virt.k8s import schedcache
 
@@ -25,6 +28,19 @@ LOG = logging.getLogger(__name__)
 
 ListFunc = Callable[..., Any]
 EventFunc = Callable[[str, dict[str, Any]], None]
+
+
+def _loads(data: bytes | str) -> Any:
+    """A list page: the fast decoder, or the standard one for what the
+    fast one refuses (NaN, lone surrogates), so a page lists if and only
+    if it did before. The fast decoder reads integers past 64 bits as
+    floats; the cache reads only strings from nodes and pods (names,
+    annotations, phase, resourceVersion, capacity quantities), so no
+    answer changes."""
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return json.loads(data)
 
 
 class Watcher:
@@ -38,6 +54,9 @@ class Watcher:
     :param timeout: seconds a watch request lasts before it is renewed.
     :param after_list: called after each list has been applied.
     :param page_size: items per list page (0: one page).
+    :param pause_collector: pause the cyclic garbage collector while a
+        list is read and applied (see :func:`collector_paused`; this acts
+        on the whole process, so only the process's owner asks for it).
     """
 
     #: a list longer than this is refused (a server sending continue
@@ -49,8 +68,10 @@ class Watcher:
                  on_event: EventFunc,
                  timeout: int = 300, backoff: float = 1.0,
                  after_list: Callable[[], None] | None = None,
-                 page_size: int = 500) -> None:
+                 page_size: int = 500,
+                 pause_collector: bool = False) -> None:
         self.name = name
+        self.pause_collector = pause_collector
         self.page_size = page_size
         self.list_func = list_func
         self.on_list = on_list
@@ -88,6 +109,12 @@ class Watcher:
         """List every page (``limit``/``continue``), then apply the items
         at once; the watch starts from the first page's version (events
         after it may come again, which the cache takes as updates)."""
+        if not self.pause_collector:
+            return self._list_pages()
+        with collector_paused():
+            return self._list_pages()
+
+    def _list_pages(self) -> str:
         items: list[dict[str, Any]] = []
         version: str | None = None
         token = ''
@@ -98,7 +125,7 @@ class Watcher:
                 kwargs['limit'] = self.page_size
             if token:
                 kwargs['_continue'] = token
-            data = json.loads(self.list_func(**kwargs).data)
+            data = _loads(self.list_func(**kwargs).data)
             meta = data.get('metadata') or {}
             if version is None:
                 version = str(meta.get('resourceVersion') or '')
@@ -184,6 +211,25 @@ def node_event(cache: schedcache.ClusterCache) -> EventFunc:
     return apply
 
 
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector (process-wide) for the block.
+
+    Reading a list of a large cluster makes millions of objects that all
+    stay alive; the collector's passes over them, ever longer as they
+    grow, cost more than the decoding itself. Reference counting still
+    frees what is dropped; cycles wait for the block's end. The collector
+    is resumed only if it ran before.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def settle_memory() -> None:
     """Collect garbage, then move every object alive now out of the cyclic
     garbage collector's reach (:func:`gc.freeze`).
@@ -200,17 +246,21 @@ def settle_memory() -> None:
 
 def watchers(cache: schedcache.ClusterCache, core_api: Any,
              timeout: int = 300,
-             after_list: Callable[[], None] | None = None
+             after_list: Callable[[], None] | None = None,
+             pause_collector: bool = False
              ) -> tuple[Watcher, Watcher]:
     """The node and pod watchers that feed ``cache`` (not started).
 
     :param after_list: called after each list has been applied (for
         example :func:`settle_memory`); nothing by default.
+    :param pause_collector: see :class:`Watcher` (process-wide; off by
+        default).
     """
     return (
         Watcher('nodes', core_api.list_node,
                 lambda items, _rv: cache.replace_nodes(items),
-                node_event(cache), timeout, after_list=after_list),
+                node_event(cache), timeout, after_list=after_list,
+                pause_collector=pause_collector),
         Watcher('pods', core_api.list_pod_for_all_namespaces,
                 cache.replace_pods, pod_event(cache), timeout,
-                after_list=after_list))
+                after_list=after_list, pause_collector=pause_collector))

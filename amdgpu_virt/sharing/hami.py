@@ -33,6 +33,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import enum
+import functools
 import json
 import re
 from collections.abc import Callable, Iterable, Mapping
@@ -288,11 +289,17 @@ def _loads(key: str, value: str) -> Any:
         _fail(key, value, 'not JSON: %s' % exc)
 
 
+#: Go's zero values and integer ranges per field kind
+_ZERO: dict[str, Any] = {'str': '', 'bool': False}
+_RANGE = {'uint': (0, _UINT_MAX), 'int32': (_INT32_MIN, _INT32_MAX),
+          'int': (-(1 << 63), (1 << 63) - 1)}
+
+
 def _decode_field(key: str, value: str, where: str, name: str,
                   raw: Any) -> Any:
     kind = _FIELD_KIND[name]
     if raw is None:   # Go leaves the zero value for null
-        return {'str': '', 'bool': False, 'map': {}}.get(kind, 0)
+        return {} if kind == 'map' else _ZERO.get(kind, 0)
     if kind == 'str':
         if not isinstance(raw, str):
             _fail(key, value, '%s field %s: expected a string, got %r'
@@ -312,8 +319,7 @@ def _decode_field(key: str, value: str, where: str, name: str,
     if not isinstance(raw, int) or isinstance(raw, bool):
         _fail(key, value, '%s field %s: expected an integer, got %r'
               % (where, name, raw))
-    low, high = {'uint': (0, _UINT_MAX), 'int32': (_INT32_MIN, _INT32_MAX),
-                 'int': (-(1 << 63), (1 << 63) - 1)}[kind]
+    low, high = _RANGE[kind]
     if not low <= raw <= high:
         _fail(key, value, '%s field %s: %d is outside %d..%d'
               % (where, name, raw, low, high))
@@ -527,6 +533,17 @@ def decode_pod_devices(value: str, key: str = DEVICES_ALLOCATED
     """
     if not value:
         return ()
+    if len(value) <= _MEMO_CHARS:
+        return _decode_pod_devices_memo(value, key)
+    return _decode_pod_devices(value, key)
+
+
+#: pod device strings up to this long are memoised (pods of one job and
+#: shape carry the same string; the bound keeps crafted long ones out)
+_MEMO_CHARS = 512
+
+
+def _decode_pod_devices(value: str, key: str) -> PodDevices:
     chunks = value.split(';')
     if chunks[-1] == '':
         chunks.pop()
@@ -536,26 +553,47 @@ def decode_pod_devices(value: str, key: str = DEVICES_ALLOCATED
         for segment in chunk.split(':'):
             if not segment:
                 continue
-            where = 'container %d device %r' % (number, segment)
-            if ',' not in segment:
-                _fail(key, value, '%s: missing the "," field separator'
-                      % where)
             items = segment.split(',')
-            if len(items) < 4:
-                _fail(key, value, '%s: %d fields, expected UUID,Type,Mem,'
-                      'Cores' % (where, len(items)))
-            if not items[0]:
-                _fail(key, value, '%s: empty UUID' % where)
-            if not items[1]:
-                _fail(key, value, '%s: empty type' % where)
+            if len(items) < 4 or not items[0] or not items[1]:
+                _bad_device(key, value, number, segment, items)
             devices.append(ContainerDevice(
                 uuid=items[0], type=items[1],
-                usedmem=_go_int(key, value, where, 'memory', items[2], 0,
-                                _INT32_MAX),
-                usedcores=_go_int(key, value, where, 'cores', items[3], 0,
-                                  _INT32_MAX)))
+                usedmem=_u32(key, value, number, segment, 'memory',
+                             items[2]),
+                usedcores=_u32(key, value, number, segment, 'cores',
+                               items[3])))
         containers.append(tuple(devices))
     return tuple(containers)
+
+
+# the result is immutable; an error is raised again, never cached
+_decode_pod_devices_memo = functools.lru_cache(maxsize=8192)(
+    _decode_pod_devices)
+
+
+def _bad_device(key: str, value: str, number: int, segment: str,
+                items: list[str]) -> NoReturn:
+    where = 'container %d device %r' % (number, segment)
+    if len(items) == 1:
+        _fail(key, value, '%s: missing the "," field separator' % where)
+    if len(items) < 4:
+        _fail(key, value, '%s: %d fields, expected UUID,Type,Mem,'
+              'Cores' % (where, len(items)))
+    if not items[0]:
+        _fail(key, value, '%s: empty UUID' % where)
+    _fail(key, value, '%s: empty type' % where)
+
+
+def _u32(key: str, value: str, number: int, segment: str, name: str,
+         text: str) -> int:
+    """A non-negative 32-bit count; plain ASCII digits take the short way,
+    anything else the strict parser (same answers, same errors)."""
+    if text.isascii() and text.isdigit() and len(text) <= 10:
+        count = int(text)
+        if count <= _INT32_MAX:
+            return count
+    return _go_int(key, value, 'container %d device %r' % (number, segment),
+                   name, text, 0, _INT32_MAX)
 
 
 def encode_pod_devices(containers: Iterable[Iterable[ContainerDevice]],

@@ -54,16 +54,22 @@ class BookTest(testtools.TestCase):
         err = self.assertRaises(exception.SharingError, _book, whole, 'x',
                                 (_dev('g1', 10, 10),))
         self.assertIn('g1', str(err))
-        # memory and slots
-        err = self.assertRaises(exception.AllocationRecordError, _book,
+        # memory and slots another writer took are "no room" too (the
+        # extender refuses or retries), never an over-committed record
+        err = self.assertRaises(exception.InsufficientCapacity, _book,
                                 record, 'm', (_dev('g0', 901, 5),))
-        self.assertIn('1000 MiB', str(err))
+        self.assertIn('901 MiB to ns/m: 900 free of 1000', str(err))
         full = record
         for n in range(3):
             full = _book(full, 's%d' % n, (_dev('g0', 1, 1),))
-        err = self.assertRaises(exception.AllocationRecordError, _book,
+        err = self.assertRaises(exception.InsufficientCapacity, _book,
                                 full, 's9', (_dev('g0', 1, 1),))
-        self.assertIn('4 slots', str(err))
+        self.assertIn('1 slots to ns/s9: 0 free of 4', str(err))
+        # two containers of one pod add up
+        err = self.assertRaises(exception.InsufficientCapacity, _book,
+                                allocrecord.Record('n1'), 'two',
+                                (_dev('g0', 600, 5),), (_dev('g0', 600, 5),))
+        self.assertIn('600 MiB to ns/two: 400 free', str(err))
         err = self.assertRaises(exception.AllocationRecordError, _book,
                                 record, 'z', (_dev('gX', 1, 1),))
         self.assertIn('GPU GX is not one of node n1', str(err))
@@ -134,6 +140,17 @@ class DecodeTest(testtools.TestCase):
         err = self.assertRaises(exception.AllocationRecordError,
                                 allocrecord.check, beyond, CAP)
         self.assertIn('beyond the 100', str(err))
+        # a stored record whose memory or slots are over-committed
+        heavy = allocrecord.decode(text.replace(
+            '"mem": 1, "cus": "9-19"', '"mem": 1000, "cus": "10-19"'), 'n1')
+        err = self.assertRaises(exception.AllocationRecordError,
+                                allocrecord.check, heavy, CAP)
+        self.assertIn('GPU g0 has 1000 MiB, 1001 are booked', str(err))
+        err = self.assertRaises(
+            exception.AllocationRecordError, allocrecord.check,
+            allocrecord.decode(text.replace('9-19', '10-19'), 'n1'),
+            {'g0': allocrecord.Capacity(1, 1000, 100)})
+        self.assertIn('GPU g0 has 1 slots', str(err))
 
 
 class NameTest(testtools.TestCase):

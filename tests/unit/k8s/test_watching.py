@@ -151,3 +151,72 @@ class PagedListTest(testtools.TestCase):
         watcher.max_pages = 3
         self.assertRaisesRegex(ValueError, 'more than 3 pages',
                                watcher._list)
+
+    def test_pages_the_fast_decoder_refuses_read_as_before(self) -> None:
+        # NaN and lone surrogates are JSON the standard decoder reads and
+        # the fast one refuses; integers past 64 bits the fast one reads
+        # as floats: a page holding them lists as before, and a page that
+        # is not JSON still fails the list
+        pod = gpu_pod('p0', 'n1', 'g0,AMD,10,4:;', rv=1)
+        for extra in (b'{"big": 123456789012345678901234567890}',
+                      b'{"nan": NaN}', b'{"s": "\\ud800"}'):
+            data = b'{"metadata": {"resourceVersion": "7"}, "x": %s, ' \
+                b'"items": [%s]}' % (extra, json.dumps(pod).encode())
+
+            class Response:
+                pass
+            response = Response()
+            response.data = data  # type: ignore[attr-defined]
+            applied: list[list[dict[str, Any]]] = []
+            watcher = watching.Watcher(
+                'pods', lambda response=response, **kw: response,
+                lambda items, rv, applied=applied: applied.append(items),
+                lambda kind, obj: None)
+            self.assertEqual('7', watcher._list(), extra)
+            self.assertEqual([[pod]], applied)
+        response = Response()
+        response.data = b'{"items": [}'  # type: ignore[attr-defined]
+        watcher = watching.Watcher('pods', lambda **kw: response,
+                                   lambda items, rv: None,
+                                   lambda kind, obj: None)
+        self.assertRaises(ValueError, watcher._list)
+
+
+class CollectorPauseTest(testtools.TestCase):
+
+    def _watcher(self, seen: list[bool], **kwargs: Any) -> Any:
+        class Response:
+            data = b'{"metadata": {"resourceVersion": "3"}, "items": []}'
+        return watching.Watcher(
+            'pods', lambda **kw: Response(),
+            lambda items, rv: seen.append(gc.isenabled()),
+            lambda kind, obj: None, **kwargs)
+
+    def test_paused_only_when_asked_and_resumed(self) -> None:
+        self.assertTrue(gc.isenabled())
+        seen: list[bool] = []
+        self._watcher(seen)._list()
+        self._watcher(seen, pause_collector=True)._list()
+        self.assertEqual([True, False], seen)
+        self.assertTrue(gc.isenabled())
+        nodes, pods = watching.watchers(
+            schedcache.ClusterCache(), WatchersTest._Api(),
+            pause_collector=True)
+        self.assertTrue(nodes.pause_collector and pods.pause_collector)
+
+    def test_resumed_after_a_failed_list(self) -> None:
+        def broken(**kwargs: Any) -> Any:
+            raise OSError('connection reset')
+
+        watcher = watching.Watcher('pods', broken, lambda items, rv: None,
+                                   lambda kind, obj: None,
+                                   pause_collector=True)
+        self.assertRaises(OSError, watcher._list)
+        self.assertTrue(gc.isenabled())
+
+    def test_a_paused_collector_stays_paused(self) -> None:
+        gc.disable()
+        self.addCleanup(gc.enable)
+        with watching.collector_paused():
+            self.assertFalse(gc.isenabled())
+        self.assertFalse(gc.isenabled())

@@ -220,6 +220,37 @@ class PodDevicesTest(testtools.TestCase):
             self.assertIn(hami.DEVICES_TO_ALLOCATE, str(err))
             self.assertIn(fragment, str(err))
 
+    def test_counts_short_way_and_strict_way_agree(self):
+        # plain ASCII digits take a short way; everything else the strict
+        # parser: Go's Atoi answers (sign, leading zeros) and its errors
+        for text, want in (('7', 7), ('007', 7), ('+7', 7),
+                           ('2147483647', 2147483647),
+                           ('000000000002147483647', 2147483647)):
+            pod = hami.decode_pod_devices('a,AMD,%s,1:;' % text)
+            self.assertEqual(want, pod[0][0].usedmem, text)
+        for text in ('2147483648', '9' * 30, '\u0663', '1\u0663', ' 1',
+                     '1.0', ''):
+            err = self.assertRaises(exception.HamiProtocolError,
+                                    hami.decode_pod_devices,
+                                    'a,AMD,1,%s:;' % text)
+            self.assertIn('field cores', str(err))
+
+    def test_memoised_errors_raise_every_time(self):
+        # the memo keeps results only: a bad value fails on every call,
+        # naming the key it was read from each time
+        for key in (hami.DEVICES_ALLOCATED, hami.DEVICES_TO_ALLOCATE,
+                    hami.DEVICES_ALLOCATED):
+            err = self.assertRaises(exception.HamiProtocolError,
+                                    hami.decode_pod_devices, 'a,AMD,x,1:;',
+                                    key)
+            self.assertIn(key, str(err))
+        # long values are decoded each time, with the same answer
+        long_value = 'gpu-0,AMD,1,2:' * 100 + ';'
+        self.assertGreater(len(long_value), hami._MEMO_CHARS)
+        self.assertEqual(hami.decode_pod_devices(long_value),
+                         hami.decode_pod_devices(long_value))
+        self.assertEqual(100, len(hami.decode_pod_devices(long_value)[0]))
+
     def test_encode_errors(self):
         for device in (hami.ContainerDevice('', 'AMD', 1, 1),
                        hami.ContainerDevice('a;b', 'AMD', 1, 1),
