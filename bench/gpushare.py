@@ -546,7 +546,7 @@ def main(argv: list[str]) -> int:
             o.name, 100 * (o.at_first_reject or 0), 100 * o.allocated[1.0],
             100 * o.allocated[1.3], o.rejected))
     print()
-    print('Unallocated GPU capacity (%%) by offered load')
+    print('Unallocated GPU capacity (%) by offered load')
     print('%-11s ' % 'policy' + ' '.join('%5d' % round(x * 100)
                                          for x in LOADS))
     for o in outcomes:
