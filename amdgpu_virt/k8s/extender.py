@@ -146,6 +146,10 @@ class Extender:
     :param default_gpu_policy: used when a pod does not say.
     """
 
+    #: nodes one filter call tries when their allocation records refuse
+    #: what the cache chose (kube-scheduler retries the pod after that)
+    RECORD_TRIES = 3
+
     def __init__(self, cache: schedcache.ClusterCache, core_api: Any,
                  locker: nodelock.NodeLocker | None = None,
                  default_node_policy: str =
@@ -255,34 +259,45 @@ class Extender:
             return self._answer(args, names, as_nodes, {}, {}), 'ignored'
         earlier = {self.cache.placement(key), ((pod.get('metadata') or {})
                    .get('annotations') or {}).get(hami.VGPU_NODE)}
-        began = time.perf_counter()
-        decision = self.cache.decide_and_reserve(key, request, names)
-        self.metrics.decide_seconds.observe(time.perf_counter() - began)
-        if decision.fit is None:
-            LOG.info('pod %s fits no node: %s', key, '; '.join(
-                '%s: %s' % item for item in sorted(
-                    {**decision.failed, **decision.unresolvable}.items())
-                [:5]))
-            self._forget(pod, uid, key, earlier - {None})
-            return self._answer(args, [], as_nodes, decision.failed,
-                                decision.unresolvable), 'nofit'
-        node = decision.fit.node
-        try:
-            grants = self._book(node, uid, namespace, name,
-                                decision.fit.containers)
-        except exception.SharingError as err:
-            # another writer booked these GPUs first: the record wins
-            self.cache.cancel(key)
-            failed = dict(decision.failed)
-            failed[node] = 'refused by its allocation record (booked ' \
-                'concurrently by another pod or scheduler; retry): %s' % err
-            LOG.info('pod %s: node %s refused by its record: %s', key,
-                     node, err)
-            return self._answer(args, [], as_nodes, failed,
-                                decision.unresolvable), 'nofit'
-        except exception.AmdgpuVirtError:
-            self.cache.cancel(key)
-            raise
+        refused: dict[str, str] = {}
+        candidates = list(names)
+        while True:
+            began = time.perf_counter()
+            decision = self.cache.decide_and_reserve(key, request,
+                                                     candidates)
+            self.metrics.decide_seconds.observe(time.perf_counter() - began)
+            if decision.fit is None:
+                failed = {**decision.failed, **refused}
+                LOG.info('pod %s fits no node: %s', key, '; '.join(
+                    '%s: %s' % item for item in sorted(
+                        {**failed, **decision.unresolvable}.items())[:5]))
+                self._forget(pod, uid, key, earlier - {None})
+                return self._answer(args, [], as_nodes, failed,
+                                    decision.unresolvable), 'nofit'
+            node = decision.fit.node
+            try:
+                grants = self._book(node, uid, namespace, name,
+                                    decision.fit.containers)
+                break
+            except exception.SharingError as err:
+                # the record wins: another writer booked these GPUs first,
+                # or holds a booking this cache does not see yet (one the
+                # sweep has still to remove); try the next node that fits
+                self.cache.cancel(key)
+                refused[node] = 'refused by its allocation record ' \
+                    '(booked concurrently by another pod or scheduler; ' \
+                    'retry): %s' % err
+                LOG.info('pod %s: node %s refused by its record: %s', key,
+                         node, err)
+                candidates = [n for n in candidates if n != node]
+                if len(refused) >= self.RECORD_TRIES or not candidates:
+                    failed = dict(decision.failed)
+                    failed.update(refused)
+                    return self._answer(args, [], as_nodes, failed,
+                                        decision.unresolvable), 'nofit'
+            except exception.AmdgpuVirtError:
+                self.cache.cancel(key)
+                raise
         for other in earlier - {None, node}:
             self._unbook(str(other), uid, key)
         value = hami.encode_pod_devices(decision.fit.containers)

@@ -173,6 +173,22 @@ class RivalExtenderTest(_Base):
         self.assertIsNotNone(record.find('team', 'first'))
         self.assertIsNone(record.find('team', 'second'))
 
+    def test_a_refused_node_sends_the_pod_to_the_next_that_fits(self) -> None:
+        # the rival's cache keeps choosing the node the record refuses (a
+        # booking it does not see): the same call tries the next node
+        self.cluster.services[1].watchers[1].stop()
+        whole = {'amd.com/gpu': '1'}
+        first = self._pod('first', limits=whole)
+        taken = self.cluster.filter(first, nodes=('n1',))['NodeNames'][0]
+        second = self._pod('second', limits=whole)
+        answer = self.cluster.filter(second, nodes=NODES, via=1)
+        (other,) = set(NODES) - {taken}
+        self.assertEqual([other], answer['NodeNames'], answer)
+        records = self._records()
+        self.assertIsNotNone(records[other].find('team', 'second'))
+        self.assertIsNone(records[taken].find('team', 'second'))
+        self.assertIsNotNone(records[taken].find('team', 'first'))
+
 
 class LostAnswerTest(_Base):
     """The API answers 500, resets, or applies a write and loses the

@@ -194,7 +194,9 @@ class ReliabilityTest(testtools.TestCase):
                                                         result['Error']))
                 else:
                     with lock:
-                        errors.append('%s: no attempt succeeded' % key)
+                        last = [m for m in retried if m.startswith(key + ' ')]
+                        errors.append('%s: no attempt succeeded (last: %s)'
+                                      % (key, last[-1:] or 'none'))
 
         def kubelet(node: str) -> None:
             plugin = plugins[node]
