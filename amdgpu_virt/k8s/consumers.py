@@ -26,11 +26,11 @@ import dataclasses
 import enum
 import json
 import logging
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 from amdgpu_virt import exception
+from amdgpu_virt.k8s import labels
 from amdgpu_virt.k8s import pods
 from amdgpu_virt.k8s import schedcache
 from amdgpu_virt.model import PciAddress
@@ -38,7 +38,6 @@ from amdgpu_virt.sharing import hami
 
 LOG = logging.getLogger(__name__)
 
-_LABEL_VALUE = re.compile(r'^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$')
 
 
 class State(str, enum.Enum):
@@ -168,7 +167,7 @@ class ConsumerView:
         """
         if node is None:
             objects = self._list()
-        elif _LABEL_VALUE.match(node) and len(node) <= 63:
+        elif labels.is_label_value(node):
             # bound pods by field, chosen ones by the extender's label
             objects = self._list(field_selector='spec.nodeName=%s' % node)
             objects += self._list(label_selector='%s=%s' % (

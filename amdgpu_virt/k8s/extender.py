@@ -36,7 +36,6 @@ from __future__ import annotations
 import http.server
 import json
 import logging
-import re
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -49,6 +48,7 @@ from amdgpu_virt.k8s import fencing
 from amdgpu_virt.k8s import fit
 from amdgpu_virt.k8s import httpserver
 from amdgpu_virt.k8s import nodelock
+from amdgpu_virt.k8s import labels
 from amdgpu_virt.k8s import pods
 from amdgpu_virt.k8s import recordgc
 from amdgpu_virt.k8s import recordstore
@@ -58,7 +58,6 @@ from amdgpu_virt.sharing import hami
 
 LOG = logging.getLogger(__name__)
 
-_LABEL_VALUE = re.compile(r'^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$')
 _BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5,
             1.0, 2.5, 5.0, 10.0, 30.0)
 
@@ -301,10 +300,10 @@ class Extender:
         for other in earlier - {None, node}:
             self._unbook(str(other), uid, key)
         value = hami.encode_pod_devices(decision.fit.containers)
-        labels: dict[str, str | None] = {}
-        if _LABEL_VALUE.match(node) and len(node) <= 63:
-            labels[hami.VGPU_NODE] = node
-        body = {'metadata': {'labels': labels, 'annotations': {
+        pod_labels: dict[str, str | None] = {}
+        if labels.is_label_value(node):
+            pod_labels[hami.VGPU_NODE] = node
+        body = {'metadata': {'labels': pod_labels, 'annotations': {
             hami.DEVICES_TO_ALLOCATE: value, hami.DEVICES_ALLOCATED: value,
             hami.VGPU_NODE: node,
             hami.VGPU_TIME: hami.encode_unix_time(time.time()),

@@ -41,6 +41,15 @@ MAX_VALUE = 63
 COUNTED = ('family', 'device-id', 'vram', 'simd-count', 'cu-count')
 
 
+_VALID = re.compile(r'^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$')
+
+
+def is_label_value(text: str) -> bool:
+    """``text`` may be a label value as it is (a node name used as the
+    ``hami.io/vgpu-node`` label, for example)."""
+    return len(text) <= MAX_VALUE and _VALID.match(text) is not None
+
+
 def label_value(text: str) -> str:
     """``text`` as a valid label value (``AMD Instinct MI300X`` ->
     ``AMD_Instinct_MI300X``)."""

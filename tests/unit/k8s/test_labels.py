@@ -79,3 +79,12 @@ class TestNodeLabels(testtools.TestCase):
         value = labels.label_value(text)
         self.assertLessEqual(len(value), 63)
         self.assertRegex(value, VALUE_RE)
+
+
+class IsLabelValueTest(testtools.TestCase):
+
+    def test_node_names_that_may_be_label_values(self) -> None:
+        for value in ('', 'r07', 'gpu-node.example_1', 'a' * 63):
+            self.assertTrue(labels.is_label_value(value), value)
+        for value in ('a' * 64, '-r07', 'r07.', 'node/1', 'n 1', 'ñ'):
+            self.assertFalse(labels.is_label_value(value), value)
