@@ -20,6 +20,7 @@ from amdgpu_virt import data
 from amdgpu_virt import exception
 from amdgpu_virt import fileutil
 from amdgpu_virt import yamlutil
+from amdgpu_virt.cmd import running as cmd_running
 from amdgpu_virt.cmd import sources as cmd_sources
 from amdgpu_virt.inventory import sources
 from amdgpu_virt.policy import chart as av_chart
@@ -51,20 +52,30 @@ def _add_inputs(parser: argparse.ArgumentParser) -> None:
         '--ledger', metavar='FILE',
         help='state file of an earlier plan (GPU roles and running '
              'placements, as written by --output-ledger): plan only the '
-             'new workloads, moving nothing that runs')
+             'new workloads, moving nothing that runs (with '
+             '--running-from: only its GPU roles)')
+    cmd_running.add_arguments(parser)
 
 
 def make_plan(conf: Any, args: argparse.Namespace,
-              app: Any = None) -> av_result.Plan:
+              app: Any = None,
+              warnings: list[str] | None = None) -> av_result.Plan:
     """Load the inputs named in ``args`` and plan.
 
-    :param app: the running application (for ``--sysfs-root``).
+    :param app: the running application (for ``--sysfs-root`` and
+        ``--running-from``).
+    :param warnings: gets what was odd in the inputs (snapshot files
+        skipped, inventory warnings of snapshots and live hosts, live
+        state), one sentence each.
     :raises AmdgpuVirtError: an input is invalid (naming it).
     """
+    notes: list[str] = [] if warnings is None else warnings
     if app is not None:
-        hosts = cmd_sources.inventories(app, args).every()
+        inventories = cmd_sources.inventories(app, args)
     else:
-        hosts = sources.Inventories(cmd_sources.source_of(args)).every()
+        inventories = sources.Inventories(cmd_sources.source_of(args))
+    hosts = inventories.every()
+    notes.extend(inventories.warnings(hosts))
     path = args.workloads or data.path(SAMPLE_WORKLOADS)
     invalid: list[Any] = []
     if getattr(args, 'skip_invalid', False):
@@ -78,7 +89,19 @@ def make_plan(conf: Any, args: argparse.Namespace,
     if args.ledger:
         ledger, existing = av_statefile.load_state(
             yamlutil.load_file(args.ledger, 'ledger'), args.ledger)
-    if args.ledger:
+    if cmd_running.sources_of(args):
+        if app is None:
+            raise exception.AmdgpuVirtError(
+                '--running-from needs the application\'s configuration')
+        if existing:
+            notes.append('the %d placements of --ledger %s are not used: '
+                         'the running placements come from --running-from'
+                         % (len(existing), args.ledger))
+        live = cmd_running.read(app, args, hosts, ledger)
+        notes.extend(live.messages)
+        ledger, existing = live.running.ledger, list(
+            live.running.placements)
+    if existing:
         running = {d.workload for d in existing}
         workloads = [w for w in workloads if w.name not in running]
     return av_planner.plan(conf, hosts, workloads, ledger, existing,
@@ -127,7 +150,7 @@ def _short(text: str, width: int = REASON_WIDTH) -> str:
     return text if len(text) <= width else text[:width - 3] + '...'
 
 
-def render_table(plan: av_result.Plan) -> str:
+def render_table(plan: av_result.Plan, warnings: Sequence[str] = ()) -> str:
     gpu_rows = [(g.host, g.address, g.model, g.role.value
                  + (' *' if g.unverified else ''), g.mode,
                  ', '.join(g.used_by) or '-') for g in plan.gpus]
@@ -174,14 +197,21 @@ def render_table(plan: av_result.Plan) -> str:
     if s['unverified'] or any(g.unverified for g in plan.gpus):
         lines.append('  * unverified on real hardware: GIM and amdgpu GPUs '
                      'mixed on one host ([policy] allow_mixed_host_drivers)')
+    if warnings:
+        lines += ['', 'Warnings (%d)' % len(warnings)]
+        lines += ['  %s' % w for w in warnings]
     return '\n'.join(lines) + '\n'
 
 
-def plan_dict(plan: av_result.Plan) -> dict[str, Any]:
-    return {'gpus': [g.to_dict() for g in plan.gpus],
+def plan_dict(plan: av_result.Plan, warnings: Sequence[str] = ()
+              ) -> dict[str, Any]:
+    data = {'gpus': [g.to_dict() for g in plan.gpus],
             'workloads': [d.to_dict(trail=False) for d in plan.decisions],
             'summary': plan.summary(),
             'ledger': plan.ledger.to_dict()}
+    if warnings:
+        data['warnings'] = list(warnings)
+    return data
 
 
 def gpu_rows(plan: av_result.Plan) -> list[tuple[Any, ...]]:
@@ -290,8 +320,9 @@ class Plan(lister.Lister):
         if parsed_args.chart:
             # Refuse a bad name before planning and printing, not after.
             check_chart_name(parsed_args.chart)
+        self._warnings: list[str] = []
         plan = make_plan(self.app.get_conf(),  # type: ignore[attr-defined]
-                         parsed_args, self.app)
+                         parsed_args, self.app, self._warnings)
         if parsed_args.output_ledger:
             fileutil.write_if_changed(parsed_args.output_ledger,
                                       yamlutil.dump(plan.state_dict()))
@@ -309,12 +340,17 @@ class Plan(lister.Lister):
         out = self.app.stdout
         if parsed_args.part == 'all':
             if parsed_args.formatter == 'json':
-                out.write(json.dumps(plan_dict(self._plan), indent=2) + '\n')
+                out.write(json.dumps(plan_dict(self._plan, self._warnings),
+                                     indent=2) + '\n')
             elif parsed_args.formatter == 'yaml':
-                out.write(yamlutil.dump(plan_dict(self._plan)))
+                out.write(yamlutil.dump(plan_dict(self._plan,
+                                                  self._warnings)))
             else:
-                out.write(render_table(self._plan))
+                out.write(render_table(self._plan, self._warnings))
             return 0
+        for warning in self._warnings:
+            # one part alone keeps stdout to the formatter's output
+            self.app.stderr.write('warning: %s\n' % warning)
         if parsed_args.part == 'summary' and parsed_args.formatter in (
                 'json', 'yaml', 'value'):
             # one object: {"placed": 40, "bound.placed": 41, ...}
@@ -349,8 +385,11 @@ class Explain(command.Command):
         return parser
 
     def take_action(self, parsed_args: argparse.Namespace) -> int:
+        warnings: list[str] = []
         plan = make_plan(self.app.get_conf(),  # type: ignore[attr-defined]
-                         parsed_args, self.app)
+                         parsed_args, self.app, warnings)
+        for warning in warnings:
+            self.app.stderr.write('warning: %s\n' % warning)
         decision = plan.decision(parsed_args.workload)
         out = self.app.stdout
         out.write('%s: %s\n' % (decision.workload, decision.code.value))

@@ -37,6 +37,8 @@ SNAPSHOT_SUFFIXES = ('.json', '.yaml', '.yml')
 #: the most snapshot files one directory may hold (a crafted directory
 #: must not make a command read without end)
 MAX_SNAPSHOTS = 100_000
+#: the most skipped entries of a snapshot directory reported one by one
+MAX_SKIPPED = 100
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,11 +101,15 @@ def _check_dir(directory: str) -> None:
             reason='it is not a directory')
 
 
-def snapshot_files(directory: str) -> list[tuple[str, str]]:
+def snapshot_files(directory: str, skipped: list[str] | None = None
+                   ) -> list[tuple[str, str]]:
     """``(host, path)`` of every snapshot file of ``directory``, by host.
 
-    Files whose names do not end in a snapshot suffix, and hidden files,
-    are not snapshots and are left out.
+    Files whose names do not end in a snapshot suffix, hidden files and
+    entries that are not regular files are not snapshots and are left
+    out.
+
+    :param skipped: gets one sentence per entry left out, naming it.
 
     :raises InventoryError: not a directory, too many files, or two files
         for one host (naming both).
@@ -118,11 +124,17 @@ def snapshot_files(directory: str) -> list[tuple[str, str]]:
     found: dict[str, str] = {}
     for name in names:
         stem, suffix = os.path.splitext(name)
+        path = os.path.join(directory, name)
         if suffix not in SNAPSHOT_SUFFIXES or not stem or \
                 name.startswith('.'):
+            if skipped is not None and len(skipped) < MAX_SKIPPED:
+                skipped.append('%s: skipped, not a snapshot (a snapshot is '
+                               '<host>%s)' % (path, '|'.join(
+                                   SNAPSHOT_SUFFIXES)))
             continue
-        path = os.path.join(directory, name)
         if not os.path.isfile(path):
+            if skipped is not None and len(skipped) < MAX_SKIPPED:
+                skipped.append('%s: skipped, not a regular file' % path)
             continue
         if stem in found:
             raise exception.InventoryError(
@@ -151,13 +163,16 @@ def load_snapshot(path: str, host: str) -> HostInventory:
     return inventory
 
 
-def load_snapshot_dir(directory: str) -> list[HostInventory]:
+def load_snapshot_dir(directory: str, skipped: list[str] | None = None
+                      ) -> list[HostInventory]:
     """Every host's inventory in ``directory``, sorted by host name.
 
+    :param skipped: gets the entries that are not snapshots (see
+        :func:`snapshot_files`).
     :raises AmdgpuVirtError: naming the directory or the file at fault.
     """
     return [load_snapshot(path, host)
-            for host, path in snapshot_files(directory)]
+            for host, path in snapshot_files(directory, skipped)]
 
 
 class LiveHost:
@@ -219,13 +234,17 @@ class Inventories:
                  live: LiveHost | None = None) -> None:
         self.source = source
         self.live = live
+        #: entries of the snapshot directory the last read skipped
+        self.skipped: list[str] = []
+        self._read: str | None = None
 
     def _live(self) -> HostInventory | None:
         return self.live.scan() if self.live is not None else None
 
     def _others(self) -> list[HostInventory]:
         if self.source.snapshot_dir:
-            return load_snapshot_dir(self.source.snapshot_dir)
+            self.skipped = []
+            return load_snapshot_dir(self.source.snapshot_dir, self.skipped)
         if self.source.fleet or self.source.sample:
             return av_fleet.load_fleet(self.source.fleet)
         return []
@@ -236,11 +255,29 @@ class Inventories:
         :raises AmdgpuVirtError: an input is unusable (naming it).
         """
         live = self._live()
+        self._read = live.hostname if live is not None else None
         hosts = [inv for inv in self._others()
                  if live is None or inv.hostname != live.hostname]
         if live is not None:
             hosts.append(live)
         return hosts
+
+    def warnings(self, hosts: Iterable[HostInventory]) -> list[str]:
+        """What was odd in the last :meth:`every` of ``hosts``: the
+        snapshot files skipped, and the inventory warnings of the hosts
+        read from snapshots or live (simulated hosts have none worth
+        telling)."""
+        result = list(self.skipped)
+        if len(self.skipped) >= MAX_SKIPPED:
+            result.append('--snapshot-dir %s: more entries skipped, not '
+                          'listed' % self.source.snapshot_dir)
+        for inv in hosts:
+            if not (self.source.snapshot_dir or inv.hostname == self._read):
+                continue
+            result.extend('inventory of host %s (%s): %s: %s' % (
+                inv.hostname, inv.source or 'snapshot', w.culprit,
+                w.message) for w in inv.warnings)
+        return result
 
     def all(self, hosts: Iterable[str]) -> dict[str, HostInventory]:
         """Inventories of those of ``hosts`` that have one.

@@ -57,6 +57,11 @@ class Consumer:
     :ivar addresses: GPUs it holds by PCI address (claims).
     :ivar problem: why what it holds cannot be read (it then counts
         against every GPU of the node).
+    :ivar grants: what a pod holds, container by container: (device id,
+        MiB, CUs) of ``hami.io/amd-devices-allocated`` (for sizes; not
+        compared).
+    :ivar cu_masks: ``hami.io/amd-cu-allocated`` (device id -> CU bitmap),
+        when the pod carries it (not compared).
     """
 
     name: str
@@ -65,6 +70,10 @@ class Consumer:
     devices: frozenset[str] = frozenset()
     addresses: frozenset[PciAddress] = frozenset()
     problem: str | None = None
+    grants: tuple[tuple[str, int, int], ...] = dataclasses.field(
+        default=(), compare=False)
+    cu_masks: Mapping[str, int] | None = dataclasses.field(
+        default=None, compare=False)
 
     def describe(self) -> str:
         notes = []
@@ -112,7 +121,11 @@ def from_pod(obj: Mapping[str, Any]) -> Consumer | None:
         devices=frozenset(d.uuid.lower() for container in entry.devices
                           for d in container),
         problem=('unreadable allocation: %s' % entry.problem
-                 if entry.problem else None))
+                 if entry.problem else None),
+        grants=tuple((d.uuid.lower(), d.usedmem, d.usedcores)
+                     for container in entry.devices for d in container),
+        cu_masks=({k.lower(): v for k, v in entry.cu_masks.items()}
+                  if entry.cu_masks else None))
 
 
 def on_gpu(consumers: Iterable[Consumer], node: str, address: PciAddress,

@@ -45,11 +45,40 @@ class TestPlanFromSnapshots(base.CliTestCase):
         self.assertEqual(len(fleet.load_specs()), len(os.listdir(directory)))
         from_fleet = self.plan()
         from_snapshots = self.plan('--snapshot-dir', directory)
+        # the snapshots carry what the inventory found odd; the plan
+        # tells it (the simulated fleet file has nothing to tell)
+        (warning,) = from_snapshots.pop('warnings')
+        self.assertIn('inventory of host bm-1', warning)
+        self.assertIn('CPX implies 8 partitions but KFD shows 7', warning)
+        self.assertNotIn('warnings', from_fleet)
         # the directory lists hosts by name, the fleet file in its order
         for result in (from_fleet, from_snapshots):
             result['gpus'].sort(key=lambda g: (g['host'], g['address']))
         self.assertEqual(from_fleet, from_snapshots)
         self.assertGreater(from_fleet['summary']['placed'], 0)
+
+    def test_plan_tells_the_files_it_skipped(self):
+        directory = self.snapshots()
+        with open(os.path.join(directory, 'README.txt'), 'w') as f:
+            f.write('not a snapshot')
+        os.makedirs(os.path.join(directory, 'old.json'))
+        status, out, _err = self.run_cli('plan', '--snapshot-dir', directory)
+        self.assertEqual(0, status, self.logger.output)
+        warnings = out.split('\nWarnings (3)\n', 1)[1].splitlines()
+        self.assertEqual([
+            '  %s: skipped, not a snapshot (a snapshot is '
+            '<host>.json|.yaml|.yml)' % os.path.join(directory, 'README.txt'),
+            '  %s: skipped, not a regular file' % os.path.join(directory,
+                                                               'old.json')],
+            warnings[:2])
+        self.assertIn('inventory of host bm-1', warnings[2])
+        # one part alone: stdout is the table, the warnings go to stderr
+        status, out, err = self.run_cli('plan', '--snapshot-dir', directory,
+                                        '--part', 'summary', '-f', 'json')
+        self.assertEqual(0, status)
+        json.loads(out)
+        self.assertIn('warning: %s: skipped' % os.path.join(
+            directory, 'README.txt'), err)
 
     def test_same_explanation_from_snapshots(self):
         directory = self.snapshots()
