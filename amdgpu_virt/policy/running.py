@@ -497,10 +497,14 @@ def _with_roles(conf: cfg.ConfigOpts, hosts: Sequence[HostInventory],
                 role = None
         final = role or Role.IDLE
         consumers = [h.consumer for h in holdings] or ['-']
-        warnings.append(LiveWarning(
-            key[0], key[1], ', '.join(consumers),
-            'the GPU has no role in the ledger; it takes role %s from what '
-            'runs there%s' % (final.value, why)))
+        if holdings:
+            message = 'the GPU has no role in the ledger; it takes role %s ' \
+                'from what runs there%s' % (final.value, why)
+        else:
+            message = 'the GPU has no role in the ledger and what runs ' \
+                'there is unknown: it is kept idle'
+        warnings.append(LiveWarning(key[0], key[1], ', '.join(consumers),
+                                    message))
         added.append(av_ledger.GpuAssignment(
             key[0], PciAddress.parse(key[1]), final, gs.model.name,
             vf_count=vf_count if final is Role.NOVA_VF else None))
