@@ -57,26 +57,11 @@ class LivePlanTestCase(test_pool.PoolTestCase):
     # -- the live state -------------------------------------------------------
 
     def hami_pod(self, name, host, devices, bound=True, cus=None):
-        """A pod holding ``devices`` ((uuid, MiB, CUs)) of ``host``."""
-        value = hami.encode_pod_devices([[hami.ContainerDevice(
-            d, TYPE, mib, cores) for d, mib, cores in devices]])
-        annotations = {hami.DEVICES_ALLOCATED: value}
-        if cus:
-            annotations[hami.CU_ALLOCATED] = json.dumps(cus)
-        pod = {'apiVersion': 'v1', 'kind': 'Pod',
-               'metadata': {'name': name, 'namespace': 'team',
-                            'annotations': annotations},
-               'spec': {'nodeName': host, 'containers': [
-                   {'name': 'c', 'image': 'busybox'}]},
-               'status': {'phase': 'Running'}}
-        if not bound:
-            del pod['spec']['nodeName']
-            pod['status']['phase'] = 'Pending'
-            pod['metadata']['labels'] = {hami.VGPU_NODE: host}
-            annotations.update({hami.DEVICES_TO_ALLOCATE: value,
-                                hami.VGPU_NODE: host,
-                                hami.BIND_PHASE: 'allocating'})
-        return self.k8s.server.put_object('pods', pod)
+        """A pod of namespace team holding ``devices`` ((uuid, MiB, CUs))
+        of ``host``, with ``cus`` as its CU annotation."""
+        return self.pod(host, name, devices, bound, namespace='team',
+                        annotations={hami.CU_ALLOCATED: json.dumps(cus)}
+                        if cus else None)
 
     def claim(self, name, host, device, consumed=None):
         api = client.ResourceV1Api(self.k8s.api.api_client)

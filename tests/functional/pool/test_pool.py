@@ -177,15 +177,20 @@ class PoolTestCase(testtools.TestCase):
             type='AMD Instinct MI300X', health=True, devicevendor='amd',
             custominfo={hami.CUSTOMINFO_PCI_BDF: address})
 
-    def pod(self, host, name, device_ids, bound=True):
-        """A pod holding ``device_ids`` of ``host``: bound, or chosen by
-        the extender and being bound (not yet on the node)."""
+    def pod(self, host, name, device_ids, bound=True, namespace='default',
+            annotations=None):
+        """A pod holding ``device_ids`` of ``host`` (ids, or (id, MiB,
+        CUs); 8192 MiB and 76 CUs by default): bound, or chosen by the
+        extender and being bound (not yet on the node)."""
+        sized = [(d, 8192, 76) if isinstance(d, str) else tuple(d)
+                 for d in device_ids]
         value = hami.encode_pod_devices([[hami.ContainerDevice(
-            d, 'AMD Instinct MI300X', 8192, 76) for d in device_ids]])
+            d, 'AMD Instinct MI300X', mib, cus) for d, mib, cus in sized]])
         pod = {
             'apiVersion': 'v1', 'kind': 'Pod',
-            'metadata': {'name': name, 'namespace': 'default',
-                         'annotations': {hami.DEVICES_ALLOCATED: value}},
+            'metadata': {'name': name, 'namespace': namespace,
+                         'annotations': dict(annotations or {}, **{
+                             hami.DEVICES_ALLOCATED: value})},
             'spec': {'nodeName': host, 'containers': [
                 {'name': 'c', 'image': 'busybox'}]},
             'status': {'phase': 'Running'}}
@@ -196,7 +201,7 @@ class PoolTestCase(testtools.TestCase):
             pod['metadata']['annotations'].update({
                 hami.DEVICES_TO_ALLOCATE: value, hami.VGPU_NODE: host,
                 hami.BIND_PHASE: 'allocating'})
-        self.k8s.server.put_object('pods', pod)
+        return self.k8s.server.put_object('pods', pod)
 
     def audit(self, *extra):
         rc, stdout, stderr = self.run_cli(
