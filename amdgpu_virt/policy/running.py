@@ -46,6 +46,7 @@ from amdgpu_virt.model import HostInventory
 from amdgpu_virt.model import Kind
 from amdgpu_virt.model import PciAddress
 from amdgpu_virt.model import Role
+from amdgpu_virt.policy import engine as av_engine
 from amdgpu_virt.policy import fleetstate
 from amdgpu_virt.policy import state as st
 from amdgpu_virt.policy.decision import Code
@@ -251,7 +252,15 @@ class _Booking:
 
     def shared(self, gs: st.GpuState, holdings: Sequence[Holding]) -> bool:
         ok = True
+        expanded: list[Holding] = []
         for h in holdings:
+            if h.whole and h.partition is None and len(gs.pools) > 1:
+                # the whole of a partitioned GPU: every partition
+                expanded += [dataclasses.replace(h, partition=p.partition)
+                             for p in gs.pools]
+            else:
+                expanded.append(h)
+        for h in expanded:
             pool = self._pool(gs, h)
             where = 'partition %d' % h.partition \
                 if h.partition is not None else 'the GPU'
@@ -339,11 +348,13 @@ class _Booking:
 
     def placements(self) -> list[Decision]:
         result = []
+        first: dict[str, Kind] = {}
+        for name, kind in self.grants:
+            first.setdefault(name, kind)
         for (name, kind), (host, grants, labels) in sorted(
                 self.grants.items(), key=lambda i: (i[0][0], i[0][1].value)):
-            kinds = [k for (n, k) in self.grants if n == name]
-            workload = name if kinds[0] is kind else '%s@%s' % (name,
-                                                                 kind.value)
+            workload = name if first[name] is kind else '%s@%s' % (
+                name, kind.value)
             result.append(Decision(
                 workload, Code.PLACED, 'running: %s' % '; '.join(labels),
                 kind=kind, host=host, grants=tuple(grants), existing=True))
@@ -427,8 +438,11 @@ def placements(conf: cfg.ConfigOpts, hosts: Sequence[HostInventory],
         per_gpu.setdefault(key, []).append(h)
     per_gpu = {key: _merged(items) for key, items in per_gpu.items()}
 
-    ledger = _with_roles(conf, hosts, ledger, per_gpu, blocked, warnings)
-    booking = _Booking(fleetstate.FleetState(conf, hosts, ledger))
+    engine = av_engine.Engine(conf)
+    ledger = _with_roles(conf, hosts, ledger, per_gpu, blocked, warnings,
+                         engine)
+    booking = _Booking(fleetstate.FleetState(conf, hosts, ledger,
+                                             engine=engine))
     for key in sorted(set(per_gpu) | set(blocked)):
         gs = booking.fleet.gpu_at(key[0], key[1], 'live')
         holdings_here = per_gpu.get(key, [])
@@ -471,14 +485,15 @@ def _with_roles(conf: cfg.ConfigOpts, hosts: Sequence[HostInventory],
                 ledger: av_ledger.Ledger | None,
                 per_gpu: dict[tuple[str, str], list[Holding]],
                 blocked: dict[tuple[str, str], list[str]],
-                warnings: list[LiveWarning]) -> av_ledger.Ledger | None:
+                warnings: list[LiveWarning],
+                engine: av_engine.Engine) -> av_ledger.Ledger | None:
     """``ledger`` with a role for every GPU that runs something and has
     none."""
     missing = [key for key in sorted(set(per_gpu) | set(blocked))
                if ledger is None or ledger.get(*key) is None]
     if not missing:
         return ledger
-    base = fleetstate.FleetState(conf, hosts, ledger)
+    base = fleetstate.FleetState(conf, hosts, ledger, engine=engine)
     added: list[av_ledger.GpuAssignment] = []
     for key in missing:
         gs = base.gpu_at(key[0], key[1], 'live')
@@ -511,7 +526,7 @@ def _with_roles(conf: cfg.ConfigOpts, hosts: Sequence[HostInventory],
     result = av_ledger.build((ledger.assignments if ledger else ()) +
                              tuple(added))
     try:
-        fleetstate.FleetState(conf, hosts, result)
+        fleetstate.FleetState(conf, hosts, result, engine=engine)
     except exception.PlanError as err:
         # roles of two driver families on one host: keep the new ones idle
         for item in added:

@@ -269,3 +269,31 @@ class TestHostile(RunningTestCase):
         roles = {str(a.address): a.role for a in result.ledger.assignments}
         self.assertNotIn(Role.NOVA_VF, roles.values())
         self.assertTrue(result.warnings)
+
+
+class TestPartitioned(RunningTestCase):
+
+    def setUp(self):
+        super().setUp()
+        self.hosts = [utils.host('cpx', gpus=1, mode='cpx')]
+        self.ledger = av_ledger.build([av_ledger.GpuAssignment(
+            'cpx', PciAddress.parse(GPU0), Role.K8S_SHARED, 'MI300X')])
+
+    def test_slices_live_in_their_partition(self):
+        result = self.run_([pod('a', host='cpx', partition=3,
+                                compute_units=38, memory_mib=1024),
+                            pod('b', host='cpx', partition=3,
+                                compute_units=38, memory_mib=1024)])
+        (message,) = [str(w) for w in result.warnings]
+        self.assertIn('holds 38 CUs of partition 3, but only 0 are free',
+                      message)
+        a = self.by_name(result)['pod/team/a']
+        self.assertEqual((3, tuple(range(38))), (a.grants[0].partition,
+                                                 a.grants[0].cus))
+
+    def test_a_whole_gpu_claim_of_a_shared_gpu_takes_every_partition(self):
+        result = self.run_([pod('w', host='cpx', whole=True)])
+        self.assertEqual((), result.warnings)
+        (decision,) = result.placements
+        self.assertEqual(8, len(decision.grants))
+        self.assertEqual({38}, {len(g.cus) for g in decision.grants})
