@@ -3,7 +3,7 @@
 A seeded fleet (half GIM hosts in CPX with 8 VFs per GPU, half amdgpu
 hosts in SPX with GPUs k8s-shared or k8s-dedicated) and seeded holdings
 as ``plan --running-from k8s,placement`` reads them: instances holding 1
-to 4 VFs, pods holding CU slices (with and without CU ids), whole-GPU
+to 3 VFs, pods holding CU slices (with and without CU ids), whole-GPU
 claims, and a share of hostile ones (slices larger than the GPU,
 overlapping CUs, unknown GPUs and hosts). Prints the time of
 :func:`amdgpu_virt.policy.running.placements`, then of the plan made
