@@ -168,6 +168,14 @@ class TestLivePlan(LivePlanTestCase):
         kept = [d for d in report['workloads'] if d.get('existing')]
         self.assertEqual(1, len(kept))
         self.assertEqual([0, 1], [g['vf'] for g in kept[0]['grants']])
+        # explain takes the same option and names the running placement
+        rc, stdout, _stderr = self.run_cli(
+            'explain', kept[0]['workload'], '--fleet', self.fleet,
+            '--workloads', self.workloads, '--running-from', 'placement')
+        self.assertEqual(0, rc)
+        self.assertIn('%s: placed\n  vf on %s: %s VF 0, %s VF 1' % (
+            kept[0]['workload'], self.vm_host, GPU0, GPU0), stdout)
+        self.assertIn('reason: running: Placement consumer', stdout)
 
     def test_without_a_ledger_configmap_the_roles_come_from_what_runs(self):
         infos = self.register_k8s_host()
