@@ -23,6 +23,8 @@ is planned onto a GPU a live consumer holds):
   another consumer's, two consumers of one whole GPU, a consumer of the
   other cloud or of an idle GPU: the GPU is kept occupied by a
   placement named ``held/<host>/<address>`` holding what is left of it;
+* a whole device (a GPU or partition claim) on a ``k8s-shared`` GPU keeps
+  all of it, with a warning;
 * a GPU that runs a consumer but has no role in the ledger takes the role
   of what runs there (Kubernetes whole GPU or partition:
   ``k8s-dedicated``, Kubernetes slice: ``k8s-shared``, Nova VF:
@@ -254,6 +256,13 @@ class _Booking:
         ok = True
         expanded: list[Holding] = []
         for h in holdings:
+            if h.whole:
+                # a share device's claims are slices: a whole device here
+                # was allocated before the GPU became k8s-shared
+                self.warn(gs, h.consumer, 'holds %s as a whole device, but '
+                          'the ledger role is k8s-shared: it keeps all of it'
+                          % ('partition %d' % h.partition
+                             if h.partition is not None else 'the GPU'))
             if h.whole and h.partition is None and len(gs.pools) > 1:
                 # the whole of a partitioned GPU: every partition
                 expanded += [dataclasses.replace(h, partition=p.partition)

@@ -293,7 +293,10 @@ class TestPartitioned(RunningTestCase):
 
     def test_a_whole_gpu_claim_of_a_shared_gpu_takes_every_partition(self):
         result = self.run_([pod('w', host='cpx', whole=True)])
-        self.assertEqual((), result.warnings)
+        (message,) = [str(w) for w in result.warnings]
+        self.assertIn('pod/team/w on cpx GPU 0000:05:00.0: holds the GPU as '
+                      'a whole device, but the ledger role is k8s-shared',
+                      message)
         (decision,) = result.placements
         self.assertEqual(8, len(decision.grants))
         self.assertEqual({38}, {len(g.cus) for g in decision.grants})
