@@ -103,8 +103,14 @@ class DraSlices(command.Command):
                                   ', '.join(ledger.hosts) or 'none'))
             assignments = ledger.for_host(node)
         group = conf.dra
+        roots = None
+        if name is None:
+            from amdgpu_virt.inventory import sysfs
+            roots = sysfs.pcie_roots(conf.inventory.sysfs_root,
+                                     (g.address for g in found.gpus))
         plan = devices.plan(node, found, assignments,
-                            partition_devices=group.partition_devices)
+                            partition_devices=group.partition_devices,
+                            pcie_roots=roots)
         docs = slices.build(plan, group.driver_name,
                             generation=parsed_args.generation,
                             memory_step_mib=group.memory_step_mib)

@@ -161,6 +161,8 @@ class DraPlugin:
     :param ledger_source: where the role ledger is read; None: no ledger,
         every amdgpu-driven GPU is offered whole.
     :param health: health check per ROCr unit; default: all healthy.
+    :param pcie_roots: PCI address -> PCIe root complex of the GPUs (the
+        ``resource.kubernetes.io/pcieRoot`` attribute).
     """
 
     def __init__(self, inventory: model.HostInventory, node: str,
@@ -178,7 +180,9 @@ class DraPlugin:
                  library: str = hami.LD_AUDIT_LIBRARY,
                  health: dra_health.HealthCheck | None = None,
                  health_timeout: int = 90,
-                 interval: float = 30.0) -> None:
+                 interval: float = 30.0,
+                 pcie_roots: Mapping[model.PciAddress, str] | None = None
+                 ) -> None:
         self.inventory = inventory
         self.node = node
         self.claim_reader = claim_reader
@@ -197,6 +201,7 @@ class DraPlugin:
         self.publisher = publisher
         self.ledger_source = ledger_source
         self.partition_devices = partition_devices
+        self.pcie_roots = dict(pcie_roots or {})
         self.memory_step_mib = memory_step_mib
         self.strategy = strategy
         self.library = library
@@ -218,7 +223,8 @@ class DraPlugin:
     # what the node offers ---------------------------------------------------
     def _plan(self) -> dra_devices.DevicePlan:
         return dra_devices.plan(self.node, self.inventory, self.assignments,
-                                partition_devices=self.partition_devices)
+                                partition_devices=self.partition_devices,
+                                pcie_roots=self.pcie_roots)
 
     def read_ledger(self) -> None:
         """Read the role ledger; keep the last good one when it fails."""
@@ -389,6 +395,7 @@ def from_conf(conf: Any, inventory: model.HostInventory) -> DraPlugin:
     """
     from kubernetes import client as k8s
 
+    from amdgpu_virt.inventory import sysfs
     from amdgpu_virt.k8s import client as k8s_client
     from amdgpu_virt.k8s import deviceplugin
 
@@ -420,4 +427,6 @@ def from_conf(conf: Any, inventory: model.HostInventory) -> DraPlugin:
         library=conf.kubernetes.vgpu_library,
         health=deviceplugin.device_node_health(conf.kubernetes.device_root),
         health_timeout=group.health_timeout,
-        interval=group.publish_interval)
+        interval=group.publish_interval,
+        pcie_roots=sysfs.pcie_roots(conf.inventory.sysfs_root,
+                                    (g.address for g in inventory.gpus)))

@@ -25,8 +25,11 @@ API_VERSION = 'resource.k8s.io/v1'
 MAX_DEVICES = 128
 MAX_DEVICES_WITH_COUNTERS = 64
 MAX_COUNTER_SETS = 8
-#: standard attribute of the deviceattribute package
+#: standard attributes of the deviceattribute package: the PCI address
+#: (Kubernetes 1.35+) and the PCIe root complex, ``pci<domain>:<bus>``
+#: (1.34+), which claims match across drivers to align a GPU with a NIC
 PCI_BUS_ID = 'resource.kubernetes.io/pciBusID'
+PCIE_ROOT = 'resource.kubernetes.io/pcieRoot'
 MANAGED_LABEL = 'app.kubernetes.io/managed-by'
 MANAGER = 'amdgpu-virt'
 MAX_NAME = 253
@@ -59,6 +62,8 @@ def _attributes(device: DraDevice) -> dict[str, Any]:
         'role': {'string': device.role.value},
         'cuUnit': {'int': device.cu_unit},
     }
+    if device.pcie_root:
+        attrs[PCIE_ROOT] = {'string': device.pcie_root}
     if gpu.model.gfx:
         attrs['gfx'] = {'string': gpu.model.gfx}
     if gpu.numa_node is not None and gpu.numa_node >= 0:

@@ -255,6 +255,15 @@ class TestEndToEnd(testtools.TestCase):
                 for d in s['spec'].get('devices', [])}
         inv = self.node.inventory.gpus
         self.assertEqual({str(inv[i].address) for i in (0, 1, 5, 6)}, gpus)
+        # every device says which PCIe root complex its GPU sits behind,
+        # as read from the node's sysfs tree
+        roots = {(d['attributes']['pciAddress']['string'],
+                  d['attributes']['resource.kubernetes.io/pcieRoot'][
+                      'string'])
+                 for s in objs for d in s['spec'].get('devices', [])}
+        self.assertEqual({(str(inv[i].address),
+                           'pci0000:%02x' % (inv[i].address.bus & 0xe0))
+                          for i in (0, 1, 5, 6)}, roots)
         # nothing changed: a second publish writes nothing
         before = len(self.node.k8s.server.requests)
         self.assertFalse(self.node.plugin.refresh())
