@@ -418,8 +418,9 @@ def from_conf(conf: Any, inventory: model.HostInventory) -> DraPlugin:
         plugin_dir=group.plugin_dir, pod_uid=group.pod_uid,
         cdi_dir=group.cdi_dir, state_file=group.state_file,
         numbers=cdi.sysfs_numbers(conf.inventory.sysfs_root),
-        publisher=dra_publish.Publisher(resource_api, node,
-                                        group.driver_name),
+        publisher=dra_publish.Publisher(
+            resource_api, node, group.driver_name, group.slice_layout,
+            dra_publish.version_reader(api_client)),
         ledger_source=roles.source if roles is not None else None,
         partition_devices=group.partition_devices,
         memory_step_mib=group.memory_step_mib,

@@ -48,12 +48,15 @@ def _raw(response):
 class DraNode(fixtures.Fixture):
     """API server, simulated node, kubelet stand-in and the plugin."""
 
-    def __init__(self, pod_uid=''):
+    def __init__(self, pod_uid='', version=(1, 36), dra=None):
         super().__init__()
         self.pod_uid = pod_uid
+        self.version = version
+        self.dra = dict(dra or {})
 
     def _setUp(self):
-        self.k8s = self.useFixture(kubeclient.ApiServerFixture())
+        self.k8s = self.useFixture(kubeclient.ApiServerFixture(
+            version=self.version))
         self.k8s.api.create_namespace({'metadata': {'name': 'default'}})
         self.k8s.api.create_namespace({'metadata': {'name': 'team'}})
         host = self.useFixture(inv_fixtures.SimulatedHost(
@@ -103,7 +106,8 @@ class DraNode(fixtures.Fixture):
             'dra': {'registration_dir': self.registration_dir,
                     'plugin_dir': os.path.join(self.tmp, 'plugin'),
                     'cdi_dir': os.path.join(self.tmp, 'cdi'),
-                    'pod_uid': self.pod_uid, 'publish_interval': 1},
+                    'pod_uid': self.pod_uid, 'publish_interval': 1,
+                    **self.dra},
         }.items():
             for name, value in values.items():
                 conf.set_override(name, value, group=group)
@@ -403,6 +407,104 @@ class TestEndToEnd(testtools.TestCase):
                                 node.plugin.refresh)
         self.assertIn('DRAPartitionableDevices', str(err))
         self.assertEqual([], node.slices())
+
+
+class TestLayouts(testtools.TestCase):
+    """The slices follow the API server's release, across upgrades.
+
+    The plugin's own loop is slowed down so that only the test publishes.
+    """
+
+    QUIET = {'publish_interval': 3600}
+
+    def layout(self, node):
+        objs = node.slices()
+        mixed = [o for o in objs if o['spec'].get('devices') and
+                 o['spec'].get('sharedCounters')]
+        counters_only = [o for o in objs if not o['spec'].get('devices')]
+        if mixed and not counters_only:
+            return 'mixed'
+        if counters_only and not mixed:
+            return 'separate'
+        return 'both? %r' % [o['metadata']['name'] for o in objs]
+
+    def allocate_all_kinds(self, node):
+        claims = [node.allocate('w', [da.request('gpu', DRIVER)]),
+                  node.allocate('p', [da.request('p', 'partition.' +
+                                                 DRIVER)]),
+                  node.allocate('s', [share_request('8', '1Gi')])]
+        self.assertNotIn(None, claims)
+        for claim in claims:
+            entry = node.prepare(claim)[claim['metadata']['uid']]
+            self.assertEqual('', entry.error)
+        return claims
+
+    def test_1_34_gets_counters_beside_their_devices(self):
+        node = self.useFixture(DraNode(version=(1, 34), dra=self.QUIET))
+        self.assertEqual('mixed', self.layout(node))
+        (obj,) = node.slices()
+        for key in ('uid', 'resourceVersion', 'creationTimestamp'):
+            obj['metadata'].pop(key, None)
+        kubernetes_validate.validate(obj, '1.34.0', strict=True)
+        self.allocate_all_kinds(node)
+
+    def test_upgrade_and_downgrade_replace_the_layout(self):
+        node = self.useFixture(DraNode(version=(1, 34), dra=self.QUIET))
+        claims = self.allocate_all_kinds(node)
+        server = node.k8s.server
+        for version, layout, generation in (((1, 35), 'separate', 2),
+                                            ((1, 34), 'mixed', 3)):
+            server.store.version = version
+            before = len(server.requests)
+            self.assertTrue(node.plugin.refresh())
+            self.assertEqual(layout, self.layout(node))
+            self.assertEqual(layout, node.plugin.publisher.layout.value)
+            objs = node.slices()
+            self.assertEqual({generation}, {
+                o['spec']['pool']['generation'] for o in objs})
+            self.assertEqual({len(objs)}, {
+                o['spec']['pool']['resourceSliceCount'] for o in objs})
+            # the old layout's slices went first, then the new were made
+            writes = [r.split()[0] for r in server.requests[before:]
+                      if not r.startswith('GET')]
+            self.assertEqual(['DELETE'], sorted(set(writes[:writes.index(
+                'POST')])))
+            self.assertNotIn('DELETE', writes[writes.index('POST'):])
+            self.assertNotIn('PUT', writes)
+            # nothing changed since: nothing written
+            self.assertFalse(node.plugin.refresh())
+        # prepared claims survive, and the devices are the same ones
+        self.assertEqual({c['metadata']['uid'] for c in claims},
+                         set(node.plugin.state.load()))
+        more = node.allocate('p2', [da.request('p', 'partition.' + DRIVER)])
+        self.assertNotEqual(
+            claims[1]['status']['allocation']['devices']['results'][0][
+                'device'],
+            more['status']['allocation']['devices']['results'][0]['device'])
+
+    def test_a_forced_layout_is_used_whatever_the_server_says(self):
+        node = self.useFixture(DraNode(
+            version=(1, 35), dra=dict(self.QUIET, slice_layout='mixed')))
+        server = node.k8s.server
+        self.assertNotIn('GET /version/', server.requests)
+        self.assertNotIn('GET /version', server.requests)
+        # a 1.35 server refuses what was forced: nothing was published
+        self.assertEqual([], node.slices())
+        err = self.assertRaises(exception.KubernetesError,
+                                node.plugin.refresh)
+        self.assertIn('422', str(err))
+        server.store.version = (1, 34)
+        self.assertTrue(node.plugin.refresh())
+        self.assertEqual('mixed', self.layout(node))
+
+    def test_an_unreadable_version_publishes_nothing(self):
+        node = self.useFixture(DraNode(version=(1, 35), dra=self.QUIET))
+        published = node.slices()
+        node.k8s.server.store.version = (1, 'x')
+        err = self.assertRaises(exception.KubernetesError,
+                                node.plugin.refresh)
+        self.assertIn('/version', str(err))
+        self.assertEqual(published, node.slices())
 
 
 class TestHostileClaims(testtools.TestCase):
