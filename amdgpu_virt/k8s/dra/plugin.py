@@ -119,13 +119,14 @@ def _dra_servicer(pb2: Any, base: type, with_share_id: bool) -> Any:
                                 claim.namespace, claim.name, claim.uid, err)
                     entry.error = str(err)
                     continue
-                for device in prepared.devices:
+                ids = cdi.device_ids(self.plugin.driver, claim.uid,
+                                     prepared)
+                for device, cdi_ids in zip(prepared.devices, ids,
+                                           strict=True):
                     fields = dict(
                         request_names=[device.request.split('/', 1)[0]],
                         pool_name=device.pool, device_name=device.device,
-                        cdi_device_ids=[cdi.qualified_name(
-                            self.plugin.driver, claim.uid,
-                            device.request.split('/', 1)[0])])
+                        cdi_device_ids=cdi_ids)
                     if with_share_id and device.share_id:
                         fields['share_id'] = device.share_id
                     entry.devices.append(pb2.Device(**fields))
@@ -284,7 +285,8 @@ class DraPlugin:
             edits = dra_prepare.container_edits(prepared, self.units,
                                                 self.library)
             cdi.write(self.cdi_dir, self.driver, uid,
-                      cdi.spec(self.driver, uid, edits, self.numbers))
+                      cdi.spec(self.driver, uid, prepared, edits,
+                               self.numbers))
             return prepared
 
     def unprepare(self, uid: str) -> None:
