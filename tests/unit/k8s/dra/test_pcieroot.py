@@ -30,6 +30,13 @@ NIC_DRIVER = 'dra.net'
 ROOT = slices.PCIE_ROOT
 
 
+def _roots(inv):
+    """The root complex of each simulated GPU: its bus rounded to 0x20."""
+    return {g.address: 'pci%04x:%02x' % (g.address.domain,
+                                         g.address.bus & 0xe0)
+            for g in inv.gpus}
+
+
 def _roots_of(objs):
     return {d['name']: d['attributes'].get(ROOT, {}).get('string')
             for d in test_slices.all_devices(objs)}
@@ -46,10 +53,7 @@ class TestReadFromSysfs(testtools.TestCase):
     def test_each_gpu_sits_behind_its_own_root_complex(self):
         roots = sysfs.pcie_roots(self.host.root,
                                  [g.address for g in self.inv.gpus])
-        self.assertEqual(
-            {g.address: 'pci%04x:%02x' % (g.address.domain,
-                                          g.address.bus & 0xe0)
-             for g in self.inv.gpus}, roots)
+        self.assertEqual(_roots(self.inv), roots)
         self.assertEqual(8, len(set(roots.values())))
 
     def test_a_missing_link_names_the_link(self):
@@ -98,8 +102,7 @@ class TestPublished(testtools.TestCase):
     def setUp(self):
         super().setUp()
         self.inv = helpers.host('mi300x-cpx-nps4')
-        self.roots = {g.address: 'pci%04x:%02x' % (0, g.address.bus & 0xe0)
-                      for g in self.inv.gpus}
+        self.roots = _roots(self.inv)
         ledger = helpers.roles(self.inv, 'n', Role.K8S_DEDICATED,
                                Role.K8S_SHARED, *[Role.K8S_DEDICATED] * 6)
         self.plan = devices.plan('n', self.inv, ledger.for_host('n'),
@@ -171,8 +174,7 @@ class TestAlignedWithANic(testtools.TestCase):
     def setUp(self):
         super().setUp()
         self.inv = helpers.host('mi300x-spx')
-        self.roots = {g.address: 'pci%04x:%02x' % (0, g.address.bus & 0xe0)
-                      for g in self.inv.gpus}
+        self.roots = _roots(self.inv)
         plan = devices.plan('n', self.inv, pcie_roots=self.roots)
         self.gpu_slices = slices.build(plan, DRIVER)
 
