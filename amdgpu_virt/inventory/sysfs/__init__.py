@@ -36,14 +36,17 @@ the model of its family and its own driver, plus a warning.
 
 The package has three parts: :mod:`.files` reads and decodes the files,
 :mod:`.assemble` makes GPUs and the host inventory of them, and this
-module is the driver (:class:`SysfsInventory`) and
-:func:`device_number`.
+module is the driver (:class:`SysfsInventory`), :func:`device_number`
+and :func:`pcie_root`.
 """
 
 from __future__ import annotations
 
+import logging
 import os
+import re
 import socket
+from collections.abc import Iterable
 
 from oslo_config import cfg
 
@@ -57,9 +60,13 @@ from amdgpu_virt.inventory.sysfs.files import KFD_NODES
 from amdgpu_virt.inventory.sysfs.files import PCI_DEVICES
 from amdgpu_virt.inventory.sysfs.files import SIMD_PER_CU
 from amdgpu_virt.model import HostInventory
+from amdgpu_virt.model import PciAddress
 
 __all__ = ['DRM_CLASS', 'GIM_VERSION', 'KFD_NODES', 'PCI_DEVICES',
-           'SIMD_PER_CU', 'SysfsInventory', 'device_number']
+           'SIMD_PER_CU', 'SysfsInventory', 'device_number', 'pcie_root',
+           'pcie_roots']
+
+LOG = logging.getLogger(__name__)
 
 
 class SysfsInventory(base.InventoryDriver):
@@ -87,6 +94,57 @@ class SysfsInventory(base.InventoryDriver):
             directory is missing or unreadable, or lists no AMD GPU).
         """
         return Scan(self.root).scan(self.hostname)
+
+
+#: the directory below ``devices/`` that names a PCI host bridge (the
+#: root complex): ``pci<domain>:<bus>``
+_PCIE_ROOT = re.compile(r'^pci[0-9a-f]{4}:[0-9a-f]{2}$')
+
+
+def pcie_root(root: str, address: PciAddress) -> str:
+    """The PCIe root complex of a PCI function: ``pci<domain>:<bus>``.
+
+    ``bus/pci/devices/<bdf>`` links to the function's directory below
+    ``devices/``, whose first component is the host bridge the function
+    sits behind (``devices/pci0000:80/0000:80:01.1/.../0000:83:00.0``):
+    the value of Kubernetes' standard DRA attribute
+    ``resource.kubernetes.io/pcieRoot``, read the way its reference
+    implementation reads it.
+
+    :raises InventoryError: naming the link when it is missing or does not
+        lead to ``devices/pci<domain>:<bus>/.../<bdf>``.
+    """
+    name = str(address)
+    link = os.path.join(root, PCI_DEVICES, name)
+    try:
+        target = os.readlink(link)
+    except OSError as err:
+        raise exception.InventoryError(
+            source=link, reason='not a readable link (%s)' % (
+                err.strerror or err)) from None
+    full = os.path.normpath(os.path.join(os.path.dirname(link), target))
+    devices = os.path.join(os.path.normpath(root), 'devices') + os.sep
+    parts = full[len(devices):].split(os.sep) \
+        if full.startswith(devices) else []
+    if len(parts) < 2 or not _PCIE_ROOT.match(parts[0]) or \
+            parts[-1] != name:
+        raise exception.InventoryError(
+            source=link, reason='links to %r, not to devices/pci<domain>:'
+            '<bus>/.../%s' % (target[:200], name))
+    return parts[0]
+
+
+def pcie_roots(root: str, addresses: Iterable[PciAddress]
+               ) -> dict[PciAddress, str]:
+    """:func:`pcie_root` of each address that has one; the others are
+    logged and left out (their devices then carry no pcieRoot)."""
+    found = {}
+    for address in addresses:
+        try:
+            found[address] = pcie_root(root, address)
+        except exception.InventoryError as err:
+            LOG.warning('No PCIe root for %s: %s', address, err)
+    return found
 
 
 def device_number(root: str, device_class: str, name: str
