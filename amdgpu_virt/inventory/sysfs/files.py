@@ -133,6 +133,15 @@ class Reader:
             self.bad_value(err)
             return None
 
+    def number(self, text: str, path: str, maximum: int) -> int | None:
+        """``text`` (a name in the tree) as a number up to ``maximum``;
+        None, and a warning naming ``path``, when it is not one."""
+        try:
+            return parse.parse_int(text, path, maximum=maximum)
+        except exception.SysfsValueError as err:
+            self.bad_value(err)
+            return None
+
     def optional(self, fn: Function, name: str,
                  parser: Callable[..., _T], *args: Any) -> _T | None:
         """Parse file ``name`` of ``fn`` if the directory lists it."""
@@ -239,11 +248,9 @@ class Reader:
             if not entry.startswith(layout.VIRTFN):
                 continue
             link_path = os.path.join(path, entry)
-            try:
-                index = parse.parse_int(entry[len(layout.VIRTFN):], link_path,
-                                        maximum=0xffff)
-            except exception.SysfsValueError as err:
-                self.bad_value(err)
+            index = self.number(entry[len(layout.VIRTFN):], link_path,
+                                0xffff)
+            if index is None:
                 continue
             _target, vf_address = self.link_address(link_path)
             if vf_address is not None:
@@ -268,10 +275,8 @@ class Reader:
             else:
                 continue
             path = os.path.join(drm, name)
-            try:
-                minor = parse.parse_int(number, path, maximum=0xfffff)
-            except exception.SysfsValueError as err:
-                self.bad_value(err)
+            minor = self.number(number, path, 0xfffff)
+            if minor is None:
                 continue
             target = self.link(path)
             if target is None:
@@ -294,10 +299,8 @@ class Reader:
         nodes = []
         for name in names:
             path = os.path.join(nodes_dir, name)
-            try:
-                number = parse.parse_int(name, path, maximum=0xffff)
-            except exception.SysfsValueError as err:
-                self.bad_value(err)
+            number = self.number(name, path, 0xffff)
+            if number is None:
                 continue
             node = self.kfd_node(number, path)
             if node is not None:
