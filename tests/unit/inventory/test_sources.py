@@ -39,6 +39,27 @@ class TestSnapshotDir(testtools.TestCase):
         self.assertEqual([a, b], inventories.every())
         self.assertEqual({'a': a}, inventories.all(['a', 'missing']))
 
+    def test_what_is_skipped_is_told_and_bounded(self):
+        a = self.save('a')
+        for n in range(sources.MAX_SKIPPED + 50):
+            with open(os.path.join(self.dir, 'junk-%03d.txt' % n), 'w'):
+                pass
+        os.makedirs(os.path.join(self.dir, 'zz.json'))
+        inventories = sources.Inventories(sources.Source(
+            snapshot_dir=self.dir))
+        self.assertEqual([a], inventories.every())
+        told = inventories.warnings([a])
+        self.assertEqual(sources.MAX_SKIPPED + 1 + len(a.warnings),
+                         len(told))
+        self.assertEqual('%s: skipped, not a snapshot (a snapshot is '
+                         '<host>.json|.yaml|.yml)' % os.path.join(
+                             self.dir, 'junk-000.txt'), told[0])
+        self.assertIn('more entries skipped, not listed',
+                      told[sources.MAX_SKIPPED])
+        # a second read starts again
+        inventories.every()
+        self.assertEqual(len(told), len(inventories.warnings([a])))
+
     def test_two_files_of_one_host_are_refused(self):
         self.save('a')
         self.save('a', fmt='yaml')
