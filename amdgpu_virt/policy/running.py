@@ -15,7 +15,8 @@ never dropped, and the GPU stays occupied (fail closed: no new workload
 is planned onto a GPU a live consumer holds):
 
 * a consumer on a host that has no inventory, or on a GPU its host's
-  inventory lacks: warned, nothing to keep (the GPU is not planned);
+  inventory lacks: warned, nothing to keep (the GPU is not planned); a
+  ledger entry of such a GPU is left out, warned;
 * a consumer whose GPU is unknown (a device the node does not register,
   an unreadable annotation or record): every GPU of its host is kept
   occupied;
@@ -182,11 +183,20 @@ class _Booking:
                                          message))
 
     def keep(self, gs: st.GpuState, holding: Holding, kind: Kind,
-             grants: list[Grant]) -> None:
-        self.fleet.hold(Decision(holding.consumer, Code.PLACED, 'running',
-                                 kind=kind, host=gs.host.name,
-                                 grants=tuple(grants)),
-                        'live: %s' % holding.consumer)
+             grants: list[Grant]) -> bool:
+        """Hold ``grants`` for ``holding``; False (and a warning) when the
+        fleet state refuses them (a consumer that names one device twice
+        in two ways)."""
+        try:
+            self.fleet.hold(Decision(holding.consumer, Code.PLACED,
+                                     'running', kind=kind,
+                                     host=gs.host.name,
+                                     grants=tuple(grants)),
+                            'live: %s' % holding.consumer)
+        except exception.PlanError as err:
+            self.warn(gs, holding.consumer, 'cannot be kept as it is: %s'
+                      % err)
+            return False
         entry = self.grants.setdefault((holding.consumer, kind),
                                        (gs.host.name, [], []))
         if entry[0] != gs.host.name:
@@ -199,6 +209,7 @@ class _Booking:
         entry[1].extend(grants)
         if holding.label not in entry[2]:
             entry[2].append(holding.label)
+        return True
 
     # -- per role ------------------------------------------------------------
 
@@ -223,11 +234,10 @@ class _Booking:
             taken.setdefault(part, h.consumer)
         first = holdings[0]
         others = [h.label for h in holdings[1:]]
-        self.keep(gs, dataclasses.replace(
+        return self.keep(gs, dataclasses.replace(
             first, what=first.label + (' with %s' % ', '.join(others)
                                        if others else '')),
-            Kind.DEDICATED, [Grant(gs.address, gs.vram, gs.cus)])
-        return ok
+            Kind.DEDICATED, [Grant(gs.address, gs.vram, gs.cus)]) and ok
 
     def vf(self, gs: st.GpuState, holdings: Sequence[Holding]) -> bool:
         ok = True
@@ -241,9 +251,9 @@ class _Booking:
                                                    gs.vf_count or 0))
                 ok = False
             taken = free[:wanted]
-            if taken:
-                self.keep(gs, h, Kind.VF, [
-                    Grant(gs.address, mib, cus, vf_index=i) for i in taken])
+            if taken and not self.keep(gs, h, Kind.VF, [
+                    Grant(gs.address, mib, cus, vf_index=i) for i in taken]):
+                ok = False
         return ok
 
     def _pool(self, gs: st.GpuState, h: Holding) -> st.Pool | None:
@@ -320,10 +330,10 @@ class _Booking:
                               mib, where, pool.mem_free))
                 ok = False
                 mib = pool.mem_free
-            if mask or mib:
-                self.keep(gs, h, Kind.CU, [Grant(
+            if (mask or mib) and not self.keep(gs, h, Kind.CU, [Grant(
                     gs.address, mib, count, cus=allocator.ids_of(mask),
-                    partition=pool.partition)])
+                    partition=pool.partition)]):
+                ok = False
         return ok
 
     def block(self, gs: st.GpuState, why: str) -> None:
@@ -447,6 +457,7 @@ def placements(conf: cfg.ConfigOpts, hosts: Sequence[HostInventory],
         per_gpu.setdefault(key, []).append(h)
     per_gpu = {key: _merged(items) for key, items in per_gpu.items()}
 
+    ledger = _fit_ledger(ledger, hosts, warnings)
     engine = av_engine.Engine(conf)
     ledger = _with_roles(conf, hosts, ledger, per_gpu, blocked, warnings,
                          engine)
@@ -488,6 +499,31 @@ def _book_gpu(booking: _Booking, gs: st.GpuState,
     if role is Role.NOVA_VF:
         return booking.vf(gs, mine) and ok
     return booking.shared(gs, mine) and ok
+
+
+def _fit_ledger(ledger: av_ledger.Ledger | None,
+                hosts: Sequence[HostInventory],
+                warnings: list[LiveWarning]) -> av_ledger.Ledger | None:
+    """``ledger`` without the entries of GPUs the inventories lack (a
+    cluster's ledger outlives decommissioned hosts), each warned."""
+    if ledger is None:
+        return None
+    gpus = {(inv.hostname, g.address) for inv in hosts for g in inv.gpus}
+    names = {inv.hostname for inv in hosts}
+    kept = []
+    for item in ledger.assignments:
+        if item.key in gpus:
+            kept.append(item)
+            continue
+        warnings.append(LiveWarning(
+            item.host, str(item.address), '-', 'the ledger gives this GPU '
+            'role %s, but %s: the entry is left out' % (
+                item.role.value, 'the host has no inventory'
+                if item.host not in names else 'its host\'s inventory has '
+                'no GPU there')))
+    if len(kept) == len(ledger.assignments):
+        return ledger
+    return av_ledger.build(kept)
 
 
 def _with_roles(conf: cfg.ConfigOpts, hosts: Sequence[HostInventory],

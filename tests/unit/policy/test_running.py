@@ -255,6 +255,34 @@ class TestHostile(RunningTestCase):
                                            memory_mib=1024)])
         self.assertNotIn(GPU0, plan.decision('s').gpus)
 
+    def test_one_device_named_twice_in_two_ways_is_not_a_crash(self):
+        # partition 0 of an unpartitioned GPU is the GPU itself
+        result = self.run_([pod('twice', compute_units=8, memory_mib=8),
+                            pod('twice', compute_units=8, memory_mib=8,
+                                partition=0)])
+        (message,) = self.messages(result)
+        self.assertIn('pod/team/twice on k8s GPU 0000:05:00.0: cannot be '
+                      'kept as it is', message)
+        self.assertIsNotNone(self.held(result, 'k8s', GPU0))
+
+    def test_ledger_entries_of_gpus_no_inventory_has_are_left_out(self):
+        ledger = av_ledger.build(self.ledger.assignments + (
+            av_ledger.GpuAssignment('gone', PciAddress.parse(GPU0),
+                                    Role.K8S_SHARED, 'MI300X'),
+            av_ledger.GpuAssignment('k8s', PciAddress.parse('0000:99:00.0'),
+                                    Role.K8S_SHARED, 'MI300X')))
+        result = self.run_([pod('a', compute_units=8, memory_mib=8)],
+                           ledger=ledger)
+        self.assertEqual(
+            ['- on gone GPU 0000:05:00.0: the ledger gives this GPU role '
+             'k8s-shared, but the host has no inventory: the entry is left '
+             'out',
+             '- on k8s GPU 0000:99:00.0: the ledger gives this GPU role '
+             'k8s-shared, but its host\'s inventory has no GPU there: the '
+             'entry is left out'], self.messages(result))
+        self.assertEqual(self.ledger, result.ledger)
+        self.assertEqual(1, len(result.placements))
+
     def test_a_bad_address_is_a_problem_not_a_crash(self):
         result = self.run_([pod('bad', address='not-an-address')])
         self.assertIn("GPU 'not-an-address' is not a PCI address",
