@@ -20,7 +20,8 @@ is planned onto a GPU a live consumer holds):
 * a consumer whose GPU is unknown (a device the node does not register,
   an unreadable annotation or record): every GPU of its host is kept
   occupied;
-* a slice larger than its GPU (or partition), CUs or VFs that overlap
+* a slice larger than its GPU (or partition), or of nothing at all
+  (0 CUs, 0 MiB), CUs or VFs that overlap
   another consumer's, two consumers of one whole GPU, a consumer of the
   other cloud or of an idle GPU: the GPU is kept occupied by a
   placement named ``held/<host>/<address>`` holding what is left of it;
@@ -292,6 +293,11 @@ class _Booking:
             alloc = pool.alloc
             count = alloc.total if h.whole else h.compute_units
             mib = pool.mem_total if h.whole else h.memory_mib
+            if not (count or mib or h.cus):
+                self.warn(gs, h.consumer, 'holds a slice of 0 CUs and 0 MiB '
+                          'of %s: what it uses is unknown' % where)
+                ok = False
+                continue
             if count > alloc.total or mib > pool.mem_total or count < 0 \
                     or mib < 0:
                 self.warn(gs, h.consumer, 'holds a slice of %d CUs and %d '

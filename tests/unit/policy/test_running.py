@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import random
 
+import hypothesis
 import testtools
+from hypothesis import strategies as hyp_st
 
 from amdgpu_virt import ledger as av_ledger
 from amdgpu_virt.model import Kind
@@ -328,3 +330,60 @@ class TestPartitioned(RunningTestCase):
         (decision,) = result.placements
         self.assertEqual(8, len(decision.grants))
         self.assertEqual({38}, {len(g.cus) for g in decision.grants})
+
+
+_ADDRESSES = (GPU0, GPU1, '0000:99:00.0', None, 'junk')
+
+
+@hyp_st.composite
+def _holdings(draw):
+    cloud = draw(hyp_st.sampled_from(running.CLOUDS))
+    cus = draw(hyp_st.none() | hyp_st.lists(
+        hyp_st.integers(-2, 400), max_size=40).map(tuple))
+    return running.Holding(
+        '%s/%d' % (cloud, draw(hyp_st.integers(0, 6))), cloud,
+        draw(hyp_st.sampled_from(('k8s', 'gim', 'gone'))),
+        draw(hyp_st.sampled_from(_ADDRESSES)),
+        whole=draw(hyp_st.booleans()),
+        partition=draw(hyp_st.none() | hyp_st.integers(-1, 9)),
+        compute_units=draw(hyp_st.integers(-5, 1000)),
+        memory_mib=draw(hyp_st.integers(-5, 1 << 20)), cus=cus,
+        vfs=draw(hyp_st.integers(0, 12)),
+        problem=draw(hyp_st.none() | hyp_st.just('odd')))
+
+
+class TestAnyLiveState(RunningTestCase):
+    """Whatever the clouds report, the plan is made and never books a
+    device twice."""
+
+    @hypothesis.settings(max_examples=60, deadline=None)
+    @hypothesis.given(hyp_st.lists(_holdings(), max_size=12),
+                      hyp_st.booleans())
+    def test_never_a_crash_never_a_double_booking(self, holdings, ledger):
+        result = self.run_(holdings, ledger='default' if ledger else None)
+        plan = self.plan(result, [Workload('new', Platform.POD,
+                                           Tenancy.TRUSTED, cus=8,
+                                           memory_mib=8)])
+        owners: dict = {}
+        for d in plan.decisions:
+            for g in d.grants:
+                if g.vf_index is not None:
+                    units = [('vf', g.vf_index)]
+                elif g.cus is not None:
+                    units = [('cu', g.partition, c) for c in g.cus]
+                else:
+                    units = [('whole',)]
+                for unit in units:
+                    key = (d.host, g.address) + unit
+                    self.assertNotIn(key, owners, d.workload)
+                    owners[key] = d.workload
+        new = plan.decision('new')
+        if new.placed:
+            # never on a GPU whose consumer's holding is unreadable
+            for h in result_problems(holdings):
+                self.assertFalse(h.host == new.host and (
+                    h.address is None or h.address in new.gpus), h)
+
+
+def result_problems(holdings):
+    return [h for h in holdings if h.problem or h.address is None]
