@@ -230,8 +230,8 @@ def ephemeral_problems(pod: Mapping[str, Any],
     """What is wrong with the ephemeral containers ``pod`` adds to
     ``old`` (all of them when ``old`` is None): ``kubectl debug`` adds
     them through ``pods/ephemeralcontainers``. None may ask for an
-    ``amd.com/*`` resource or set the device plugin's variables, and on a
-    GPU pod none may run privileged (it would see every GPU of the node).
+    ``amd.com/*`` resource; on a GPU pod none may set the device plugin's
+    variables or run privileged (it would see every GPU of the node).
     """
     spec = pod.get('spec')
     if not isinstance(spec, Mapping):
@@ -254,9 +254,11 @@ def ephemeral_problems(pod: Mapping[str, Any],
                         resource.startswith('amd.com/'):
                     problems.append('%s: %s: an ephemeral container gets '
                                     'no GPU' % (label, field))
+        if not gpu_pod:
+            continue
         problems.extend(env_problems(label, container))
         security = container.get('securityContext') or {}
-        if gpu_pod and isinstance(security, dict) and \
+        if isinstance(security, dict) and \
                 security.get('privileged') is True:
             problems.append('%s: securityContext.privileged: a privileged '
                             'container sees every GPU of the node, so it '

@@ -319,11 +319,10 @@ class StatedTest(testtools.TestCase):
         self.assertEqual(1, len(calls))
 
     def test_hostile_keys_and_values(self) -> None:
-        for annotations, reason in (
+        for given, reason in (
                 ({_key(''): NEEDS}, "no container or init container ''"),
                 ({_key('a'): 7}, 'workload.gpu.amd.com/a: 7 is not a '
                  'string'),
                 ({_key('a'): 'a: &x 1\nb: *x'}, 'YAML aliases'),
                 ({_key('a'): 'model: MI300X'}, 'unknown field(s) model')):
-            self.assertIn(reason, self.denied(_pod(annotations, 'a')),
-                          annotations)
+            self.assertIn(reason, self.denied(_pod(given, 'a')), given)
