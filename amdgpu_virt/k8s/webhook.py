@@ -8,14 +8,17 @@ and the only exemptions are namespaces the administrator lists
 
 On CREATE, for a pod whose containers request one of the managed resources
 (``amd.com/gpu``, ``amd.com/gpumem``, ``amd.com/gpucores``) or that states
-its needs in ``gpu.amd.com/workload`` (see :mod:`amdgpu_virt.k8s.intent`),
-it
+its needs in ``gpu.amd.com/workload`` or per container in
+``workload.gpu.amd.com/<container>`` (see :mod:`amdgpu_virt.k8s.intent`
+and :mod:`amdgpu_virt.k8s.stated`), it
 
 * turns stated needs into container limits with the planner's policy
-  engine (a CU slice, or whole GPUs), records the decision and its reason
-  in ``gpu.amd.com/decision`` and ``gpu.amd.com/decision-reason`` (and an
-  Event), and denies a pod that fits no GPU of the cluster with the
-  tightest reason;
+  engine (a CU slice, or whole GPUs), records each decision and its reason
+  in ``gpu.amd.com/decision`` and ``gpu.amd.com/decision-reason`` (per
+  container: ``decision.gpu.amd.com/<container>`` and
+  ``decision-reason.gpu.amd.com/<container>``) and an Event per
+  container, and denies a need that fits no GPU of the cluster with the
+  tightest reason, naming the container;
 * denies privileged containers (they see every GPU), a preset
   ``spec.nodeName`` (it would bypass the extender), ``amd.com/gpucores``
   that is not an integer in 1..100, a non-integer ``amd.com/gpu`` or
@@ -40,7 +43,10 @@ On UPDATE it denies any change of those annotations (or of the
 ``[kubernetes] webhook_allocation_writers`` (the project's service
 accounts, as ``request.userInfo.username`` names them): a second line
 behind the ValidatingAdmissionPolicy that does the same in the API
-server. Every denial names the container and the field.
+server. On any UPDATE (``pods/ephemeralcontainers`` from ``kubectl debug``
+included) it denies an added ephemeral container that asks for
+``amd.com/*`` or, on a GPU pod, sets the device plugin's variables or
+runs privileged. Every denial names the container and the field.
 
 :func:`make_server` serves it over HTTP(S) with ``/healthz`` and
 ``/readyz``.
