@@ -213,9 +213,8 @@ class MatchConditionsTest(testtools.TestCase):
                           {'object': {'metadata': {}}})
 
 
-class AllocationLabelsPolicyTest(testtools.TestCase):
-    """(a) only the project's accounts write HAMi's allocation label on
-    pods (``hami.io/vgpu-node``, by which a node's pods are selected)."""
+class _AllocationPolicyTest(testtools.TestCase):
+    """(a) the policy on HAMi's allocation annotations and label."""
 
     def setUp(self) -> None:
         super().setUp()
@@ -225,6 +224,11 @@ class AllocationLabelsPolicyTest(testtools.TestCase):
               **kwargs: Any) -> admission.Decision:
         return admission.admit(self.policy, admission.request(
             operation, obj, old, **kwargs))
+
+
+class AllocationLabelsPolicyTest(_AllocationPolicyTest):
+    """(a) only the project's accounts write HAMi's allocation label on
+    pods (``hami.io/vgpu-node``, by which a node's pods are selected)."""
 
     def test_the_names_are_hamis(self) -> None:
         (keys,) = [v for v in self.policy['spec']['variables']
@@ -288,18 +292,9 @@ class AllocationLabelsPolicyTest(testtools.TestCase):
                                    kind='Binding').allowed)
 
 
-class AllocationAnnotationsPolicyTest(testtools.TestCase):
+class AllocationAnnotationsPolicyTest(_AllocationPolicyTest):
     """(a) only the project's accounts write HAMi's allocation
     annotations on pods."""
-
-    def setUp(self) -> None:
-        super().setUp()
-        self.policy = _policy('amdgpu-virt-allocation-annotations')
-
-    def admit(self, operation: str, obj: Any, old: Any = None,
-              **kwargs: Any) -> admission.Decision:
-        return admission.admit(self.policy, admission.request(
-            operation, obj, old, **kwargs))
 
     def test_the_names_are_hamis(self) -> None:
         (keys,) = [v for v in self.policy['spec']['variables']
