@@ -100,6 +100,7 @@ def _targets(spec: Mapping[str, Any], annotations: Mapping[str, Any],
         spec, ('ephemeralContainers',))}
     found = []
     taken: dict[str, str] = {}
+    unknown: list[pod_intent.Statement] = []
     for statement in stated:
         if statement.container is None:
             target_name = annotations.get(pod_intent.CONTAINER_ANNOTATION)
@@ -118,13 +119,7 @@ def _targets(spec: Mapping[str, Any], annotations: Mapping[str, Any],
         else:
             name = statement.container
             if name not in named:
-                problems.append(
-                    'metadata.annotations[%s]: the pod has no container or '
-                    'init container %r%s (it has: %s)' % (
-                        statement.key, name,
-                        ', an ephemeral container cannot be given GPUs'
-                        if name in ephemeral else '',
-                        ', '.join(sorted(named)) or 'none'))
+                unknown.append(statement)
                 continue
             path, target = named[name]
         if name in taken:
@@ -134,7 +129,26 @@ def _targets(spec: Mapping[str, Any], annotations: Mapping[str, Any],
             continue
         taken[name] = statement.key
         found.append((statement, path, target))
+    if unknown:
+        problems.append(
+            'metadata.annotations[%s]: the pod has no container or init '
+            'container %s%s (it has: %s)' % (
+                _few([s.key for s in unknown]),
+                _few([repr(s.container) for s in unknown]),
+                ', and an ephemeral container cannot be given GPUs'
+                if any(s.container in ephemeral for s in unknown) else '',
+                _few(sorted(named)) or 'none'))
     return found
+
+
+def _few(items: Sequence[str], most: int = 8, width: int = 80) -> str:
+    """``items`` for a message: at most ``most``, each cut to ``width``
+    (a hostile pod may carry thousands of long names)."""
+    shown = [i if len(i) <= width else i[:width] + '...'
+             for i in items[:most]]
+    if len(items) > most:
+        shown.append('and %d more' % (len(items) - most))
+    return ', '.join(shown)
 
 
 def _judge(statement: pod_intent.Statement, where: str,

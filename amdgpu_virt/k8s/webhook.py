@@ -149,6 +149,18 @@ def _response(uid: str, allowed: bool, message: str | None = None,
             'response': response}
 
 
+#: Most problems a denial lists (a hostile pod may have thousands).
+MAX_PROBLEMS = 20
+
+
+def _problems(problems: list[str]) -> str:
+    shown = problems[:MAX_PROBLEMS]
+    if len(problems) > MAX_PROBLEMS:
+        shown.append('and %d more problems' % (len(problems) -
+                                               MAX_PROBLEMS))
+    return '; '.join(shown)
+
+
 def review(admission_review: Mapping[str, Any], policy: WebhookPolicy,
            namespace_labels: Mapping[str, str] | None = None,
            intent: admission.IntentPolicy | None = None,
@@ -218,7 +230,7 @@ def review(admission_review: Mapping[str, Any], policy: WebhookPolicy,
         debug = admission.ephemeral_problems(pod, old)
         if debug:
             message = 'pod %s/%s denied: %s' % (namespace, name,
-                                                '; '.join(debug))
+                                                _problems(debug))
             LOG.info('%s', message)
             return _response(uid, False, message)
         return _response(uid, True)
@@ -273,7 +285,7 @@ def review(admission_review: Mapping[str, Any], policy: WebhookPolicy,
             where, container, limits, requests, isolated))
     if problems:
         message = 'pod %s/%s denied: %s' % (namespace, name,
-                                            '; '.join(problems))
+                                            _problems(problems))
         LOG.info('%s', message)
         return _response(uid, False, message)
     hami_pod = False

@@ -161,8 +161,25 @@ class StatedTest(testtools.TestCase):
                       '(it has: log, train)', self.denied(pod))
         pod['spec']['ephemeralContainers'] = [{'name': 'trian',
                                                'image': 'busybox'}]
-        self.assertIn("'trian', an ephemeral container cannot be given "
+        self.assertIn("'trian', and an ephemeral container cannot be given "
                       'GPUs', self.denied(pod))
+        # thousands of long hostile names: one bounded message
+        pod['metadata']['annotations'] = {
+            _key('x%04d' % n + 'y' * 1000): NEEDS for n in range(2000)}
+        message = self.denied(pod)
+        self.assertLess(len(message), 3000)
+        self.assertIn("'x0000yyy", message)
+        self.assertIn('and 1992 more', message)
+
+    def test_a_denial_lists_a_bounded_number_of_problems(self) -> None:
+        names = ['c%03d' % n for n in range(100)]
+        pod = _pod({_key(n): 'memory: %dGiB' % (300 + int(n[1:]))
+                    for n in names}, *names)
+        message = self.denied(pod)
+        self.assertEqual(webhook.MAX_PROBLEMS + 1, message.count('; ') + 1)
+        self.assertIn("container 'c000': metadata.annotations["
+                      'workload.gpu.amd.com/c000]: fits no GPU', message)
+        self.assertTrue(message.endswith('and 80 more problems'), message)
 
     def test_a_need_that_never_fits_names_its_container(self) -> None:
         pod = _pod({_key('a'): NEEDS, _key('b'): 'memory: 300GiB'},
