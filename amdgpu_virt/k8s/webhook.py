@@ -161,6 +161,13 @@ def _problems(problems: list[str]) -> str:
     return '; '.join(shown)
 
 
+def _field(container: Mapping[str, Any], field: str) -> Any:
+    """``resources.<field>`` of a container (None when either is not
+    there, or ``resources`` is not an object)."""
+    resources = container.get('resources')
+    return resources.get(field) if isinstance(resources, dict) else None
+
+
 def review(admission_review: Mapping[str, Any], policy: WebhookPolicy,
            namespace_labels: Mapping[str, str] | None = None,
            intent: admission.IntentPolicy | None = None,
@@ -266,8 +273,8 @@ def review(admission_review: Mapping[str, Any], policy: WebhookPolicy,
         # a container given a claim is a GPU container like any other
         ours = {d.claim for d in decisions}
         for where, container in containers:
-            uses = (container.get('resources') or {}).get('claims') or []
-            for use in uses:
+            uses = _field(container, 'claims')
+            for use in uses if isinstance(uses, list) else ():
                 if isinstance(use, dict) and use.get('name') in ours:
                     wanted[where][0]['resourceClaim %s' % use['name']] = (
                         'resources.claims', None)
@@ -290,7 +297,9 @@ def review(admission_review: Mapping[str, Any], policy: WebhookPolicy,
         return _response(uid, False, message)
     hami_pod = False
     for _where, container in containers:
-        given = (container.get('resources') or {}).get('limits') or {}
+        given = _field(container, 'limits')
+        if not isinstance(given, dict):
+            continue
         if any(r in given for r in managed):
             hami_pod = True
         if hami.RESOURCE_GPU not in given and any(

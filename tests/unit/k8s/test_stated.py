@@ -10,8 +10,12 @@ from typing import Any
 
 import jsonpatch
 import testtools
+from hypothesis import given
+from hypothesis import settings
+from hypothesis import strategies as st
 
 from amdgpu_virt import conf as conf_pkg
+from amdgpu_virt import exception
 from amdgpu_virt.k8s import admission
 from amdgpu_virt.k8s import intent
 from amdgpu_virt.k8s import webhook
@@ -336,10 +340,63 @@ class StatedTest(testtools.TestCase):
         self.assertEqual(1, len(calls))
 
     def test_hostile_keys_and_values(self) -> None:
-        for given, reason in (
+        for stated, reason in (
                 ({_key(''): NEEDS}, "no container or init container ''"),
                 ({_key('a'): 7}, 'workload.gpu.amd.com/a: 7 is not a '
                  'string'),
                 ({_key('a'): 'a: &x 1\nb: *x'}, 'YAML aliases'),
                 ({_key('a'): 'model: MI300X'}, 'unknown field(s) model')):
-            self.assertIn(reason, self.denied(_pod(given, 'a')), given)
+            self.assertIn(reason, self.denied(_pod(stated, 'a')), stated)
+
+
+_leaf = st.none() | st.booleans() | st.integers(-5, 400) | st.sampled_from(
+    ['', 'main', 'a', NEEDS, 'gpus: 2', 'memory: 300GiB', 'amd.com/gpu',
+     'HSA_CU_MASK', '25', 'x'])
+_hostile = st.recursive(_leaf, lambda inner: st.lists(
+    inner, max_size=3) | st.dictionaries(st.sampled_from([
+        'metadata', 'spec', 'annotations', 'labels', 'name', 'containers',
+        'initContainers', 'ephemeralContainers', 'resources', 'limits',
+        'claims', 'resourceClaims', 'env', 'securityContext', 'privileged',
+        'amd.com/gpu', intent.ANNOTATION, intent.CONTAINER_ANNOTATION,
+        _key('main'), _key('a'), intent.DECISION_PREFIX + 'a',
+        hami.VGPU_NODE]), inner, max_size=4), max_leaves=25)
+
+
+class HostileShapesTest(testtools.TestCase):
+    """Any shape, with stated needs, claims and ephemeral containers
+    anywhere: an answer or an error naming the field, never a crash."""
+
+    def test_a_bad_neighbour_container(self) -> None:
+        # found by hand: resources that are not an object, next to a
+        # container that states its needs (the HAMi and the DRA path)
+        for dra in (False, True):
+            policy = admission.IntentPolicy(
+                policy_engine.Engine(conf_pkg.new_conf()),
+                lambda: intent.models_from_registrations([MI300X]),
+                dra=dra, templates=lambda ns, t: None)
+            pod = _pod({_key('a'): NEEDS}, 'a', 'b')
+            pod['spec']['containers'][1]['resources'] = ['x']
+            out = webhook.review({'request': {
+                'uid': 'u', 'kind': {'kind': 'Pod'}, 'object': pod}},
+                webhook.WebhookPolicy(), {}, policy)
+            self.assertTrue(out['response']['allowed'], dra)
+
+    @settings(max_examples=150, deadline=None)
+    @given(_hostile, _hostile, st.sampled_from(['CREATE', 'UPDATE']),
+           st.booleans())
+    def test_an_answer_or_a_named_error(self, obj: Any, old: Any,
+                                        operation: str, dra: bool) -> None:
+        policy = admission.IntentPolicy(
+            policy_engine.Engine(conf_pkg.new_conf()),
+            lambda: intent.models_from_registrations([MI300X]), dra=dra,
+            templates=lambda ns, t: None)
+        body = {'request': {'uid': 'u', 'kind': {'kind': 'Pod'},
+                            'operation': operation, 'object': obj,
+                            'oldObject': old}}
+        try:
+            out = webhook.review(body, webhook.WebhookPolicy(), {},
+                                 policy, _Events())
+        except exception.AdmissionReviewError as err:
+            self.assertIn('request', str(err))
+            return
+        self.assertIn(out['response']['allowed'], (True, False))
