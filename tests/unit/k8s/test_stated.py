@@ -6,10 +6,12 @@ from __future__ import annotations
 import base64
 import copy
 import json
+import os
 from typing import Any
 
 import jsonpatch
 import testtools
+import yaml
 from hypothesis import given
 from hypothesis import settings
 from hypothesis import strategies as st
@@ -23,6 +25,8 @@ from amdgpu_virt.policy import engine as policy_engine
 from amdgpu_virt.policy.filters import isolation
 from amdgpu_virt.policy.workload import Tenancy
 from amdgpu_virt.sharing import hami
+from tests.unit.deploy import chart
+from tests.unit.deploy import test_chart
 
 MI300X = hami.DeviceInfo(id='a', count=10, devmem=196608, devcore=304,
                          type='AMD Instinct MI300X', health=True)
@@ -60,7 +64,7 @@ class _Events:
         self.calls.append(args)
 
 
-class StatedTest(testtools.TestCase):
+class _Base(testtools.TestCase):
 
     def setUp(self) -> None:
         super().setUp()
@@ -104,6 +108,9 @@ class StatedTest(testtools.TestCase):
                ) -> dict[str, dict[str, str]]:
         return {c['name']: (c.get('resources') or {}).get('limits', {})
                 for c in pod['spec'].get(field, [])}
+
+
+class StatedTest(_Base):
 
     def test_each_container_gets_what_it_states(self) -> None:
         pod = _pod({_key('train'): NEEDS, _key('serve'): 'gpus: 2'},
@@ -400,3 +407,34 @@ class HostileShapesTest(testtools.TestCase):
             self.assertIn('request', str(err))
             return
         self.assertIn(out['response']['allowed'], (True, False))
+
+
+class ExampleTest(_Base):
+    """deploy/examples/stated-needs.yaml does what the docs say."""
+
+    def test_the_shipped_example(self) -> None:
+        with open(os.path.join(chart.ROOT, 'deploy', 'examples',
+                               'stated-needs.yaml')) as stream:
+            pod = yaml.safe_load(stream)
+        pod['metadata']['namespace'] = 'ns'
+        version = test_chart.kubernetes_versions()[-1]
+        test_chart.strict_validate(pod, version)
+        patched = self.admitted(copy.deepcopy(pod))
+        test_chart.strict_validate(patched, version)
+        self.assertEqual({'train': SLICE, 'serve': {
+            'amd.com/gpu': '1', 'amd.com/gpucores': '10',
+            'amd.com/gpumem': '8192'}, 'log': {}}, self.limits(patched))
+        self.assertEqual({'prep': {'amd.com/gpu': '1'}},
+                         self.limits(patched, 'initContainers'))
+        decisions = {k: v for k, v in patched['metadata'][
+            'annotations'].items() if k.startswith(intent.DECISION_PREFIX)}
+        self.assertEqual({intent.DECISION_PREFIX + 'prep': 'whole',
+                          intent.DECISION_PREFIX + 'train': 'cu-slice',
+                          intent.DECISION_PREFIX + 'serve': 'cu-slice'},
+                         decisions)
+        self.assertEqual(3, len(self.events.calls))
+        # where tenants are isolated: whole GPUs for each
+        patched = self.admitted(copy.deepcopy(pod), ISOLATED)
+        self.assertEqual({'train': {'amd.com/gpu': '1'},
+                          'serve': {'amd.com/gpu': '1'}, 'log': {}},
+                         self.limits(patched))
