@@ -49,12 +49,16 @@ class PodEntry:
     value: str = ''
 
 
-def _rv(obj: Mapping[str, Any]) -> int | None:
-    value = (obj.get('metadata') or {}).get('resourceVersion')
+def rv_of(value: Any) -> int | None:
+    """A resourceVersion as a number (None: absent or not a number)."""
     try:
         return int(str(value))
     except (TypeError, ValueError):
         return None
+
+
+def _rv(obj: Mapping[str, Any]) -> int | None:
+    return rv_of((obj.get('metadata') or {}).get('resourceVersion'))
 
 
 def pod_key(obj: Mapping[str, Any]) -> str:
@@ -74,6 +78,13 @@ def decode_node(obj: Mapping[str, Any],
         return NodeEntry(name, ())
     capacity = ((obj.get('status') or {}).get('capacity') or {}).get(
         resource)
+    return node_entry(name, value, capacity, resource)
+
+
+def node_entry(name: str, value: str, capacity: Any,
+               resource: str = hami.RESOURCE_GPU) -> NodeEntry:
+    """The entry of node ``name`` registering ``value``, with this
+    capacity of ``resource`` (None: not reported)."""
     if capacity is not None and str(capacity) == '0':
         return NodeEntry(name, (), 'node reports %s capacity 0 (device '
                          'plugin down or every GPU unhealthy)' % resource)
@@ -141,22 +152,28 @@ def decode_pod(obj: Mapping[str, Any]) -> PodEntry | None:
     node = spec.get('nodeName') or annotations.get(hami.VGPU_NODE)
     if not node or (obj.get('status') or {}).get('phase') in DONE_PHASES:
         return None
-    key = pod_key(obj)
-    rv = _rv(obj)
+    return pod_entry(pod_key(obj), str(node), key_name, value,
+                     annotations.get(hami.CU_ALLOCATED), _rv(obj))
+
+
+def pod_entry(key: str, node: str, key_name: str, value: Any,
+              cu_value: Any, rv: int | None) -> PodEntry:
+    """The entry of live pod ``key`` on ``node`` whose annotation
+    ``key_name`` holds ``value`` (and ``hami.io/amd-cu-allocated``
+    ``cu_value``): its devices, or a problem when they cannot be read."""
     try:
         if not isinstance(value, str):
             raise exception.HamiProtocolError(key=key_name, value=value,
                                               reason='not a string')
         devices = hami.decode_pod_devices(value, key_name)
         masks = None
-        cu_value = annotations.get(hami.CU_ALLOCATED)
         if cu_value:
             masks = hami.decode_cu_allocated(str(cu_value))
     except exception.HamiProtocolError as err:
         LOG.warning('pod %s: %s; node %s takes no more GPU pods until it '
                     'is fixed or gone', key, err, node)
-        return PodEntry(key, str(node), (), None,
+        return PodEntry(key, node, (), None,
                         'pod %s carries an unreadable annotation (%s); '
                         'nothing more is placed on this node until it is '
                         'fixed or gone' % (key, err), rv, '')
-    return PodEntry(key, str(node), devices, masks, None, rv, value)
+    return PodEntry(key, node, devices, masks, None, rv, value)

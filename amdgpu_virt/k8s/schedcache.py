@@ -175,7 +175,13 @@ class ClusterCache:
             self._dirty.add(name)
 
     def replace_nodes(self, objs: Iterable[Mapping[str, Any]]) -> None:
-        entries = [decode_node(obj, self.resource) for obj in objs]
+        """A fresh list of nodes (API objects)."""
+        self.load_nodes([decode_node(obj, self.resource) for obj in objs])
+
+    def load_nodes(self, entries: Iterable[NodeEntry]) -> None:
+        """A fresh list of nodes, decoded (see
+        :func:`.cachelist.node_page`); the views are built at once when
+        the pods are listed too."""
         with self.lock:
             self._nodes = {entry.name: entry for entry in entries}
             self._views.clear()
@@ -183,6 +189,7 @@ class ClusterCache:
             self._names = None
             self._dirty = set(self._nodes)
             self.nodes_synced.set()
+            self._prime()
 
     def set_pod(self, obj: Mapping[str, Any]) -> None:
         entry = decode_pod(obj)
@@ -217,35 +224,58 @@ class ClusterCache:
 
     def replace_pods(self, objs: Iterable[Mapping[str, Any]],
                      list_rv: int | None = None) -> None:
-        """A fresh list: every pod entry is replaced; reservations the
-        list already shows end."""
+        """A fresh list of pods (API objects): every pod entry is
+        replaced; reservations the list already shows end."""
+        self.load_pods(((pod_key(obj), decode_pod(obj)) for obj in objs),
+                       list_rv)
+
+    def load_pods(self, listing: Iterable[tuple[str, PodEntry | None]],
+                  list_rv: int | None = None) -> None:
+        """A fresh list of pods, decoded: (key, entry or None) of every
+        listed pod (see :func:`.cachelist.pod_page`). The views are built
+        at once when the nodes are listed too."""
         pods: dict[str, PodEntry] = {}
         listed: set[str] = set()
-        for obj in objs:
-            entry = decode_pod(obj)
-            if entry is None:
-                listed.add(pod_key(obj))
-            else:
-                listed.add(entry.key)
-                pods[entry.key] = entry
+        for key, entry in listing:
+            listed.add(key)
+            if entry is not None:
+                pods[key] = entry
         with self.lock:
             self._pods = pods
-            for key, reservation in list(self._reserved.items()):
+            reserved = self._reserved
+            for key, reservation in list(reserved.items()):
                 if reservation.resource_version is not None and (
                         key not in listed or list_rv is not None and
                         reservation.resource_version <= list_rv):
-                    del self._reserved[key]
+                    del reserved[key]
             # every placement afresh (what _refresh does, key by key)
-            self._by_node.clear()
-            self._placed.clear()
+            placed = self._placed
+            placed.clear()
+            for key, entry in pods.items():
+                if key not in reserved:
+                    placed[key] = entry.node
+            for key, reservation in reserved.items():
+                if reservation.node is not None:
+                    placed[key] = reservation.node
+            by_node: dict[str, set[str]] = {}
+            for key, node in placed.items():
+                keys = by_node.get(node)
+                if keys is None:
+                    by_node[node] = {key}
+                else:
+                    keys.add(key)
+            self._by_node = by_node
             self._dirty = set(self._nodes)
-            for key in pods.keys() | self._reserved.keys():
-                node = self._effective(key)[0]
-                if node is not None:
-                    self._placed[key] = node
-                    self._by_node.setdefault(node, set()).add(key)
-                    self._dirty.add(node)
+            self._dirty.update(by_node)
             self.pods_synced.set()
+            self._prime()
+
+    def _prime(self) -> None:
+        """Build every view once both lists are in (lock held), so the
+        first decision does not, and a list that pauses the collector
+        pauses it for the views too."""
+        if self.nodes_synced.is_set() and self.pods_synced.is_set():
+            self._sync_views()
 
     # -- views and decisions --------------------------------------------
 
@@ -300,11 +330,21 @@ class ClusterCache:
     def _build(self, entry: NodeEntry) -> fit.NodeView:
         problem = entry.problem
         usages: list[fit.PodUsage] = []
+        reserved = self._reserved
+        pods = self._pods
+        # what _effective gives, key by key
         for key in sorted(self._by_node.get(entry.name, ())):
-            _node, devices, masks, pod_problem = self._effective(key)
-            if pod_problem and not problem:
-                problem = pod_problem
-            usages.append((key, devices, masks))
+            reservation = reserved.get(key)
+            if reservation is not None:
+                usages.append((key, reservation.devices, None))
+                continue
+            pod = pods.get(key)
+            if pod is None:
+                usages.append((key, (), None))
+                continue
+            if pod.problem and not problem:
+                problem = pod.problem
+            usages.append((key, pod.devices, pod.cu_masks))
         return fit.build_view(entry.name, entry.devices, usages,
                               self.strategy, problem)
 

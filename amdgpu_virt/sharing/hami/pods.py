@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, NoReturn
 
@@ -65,7 +66,21 @@ def decode_pod_devices(value: str, key: str = DEVICES_ALLOCATED
 _MEMO_CHARS = 512
 
 
+#: one container with one device whose counts have at most 9 digits
+#: (so within 32 bits): what most pods carry, read in one match
+_ONE_DEVICE = re.compile(r'([^,:;]+),([^,:;]+),([0-9]{1,9}),([0-9]{1,9}):?;?')
+
+
 def _decode_pod_devices(value: str, key: str) -> PodDevices:
+    one = _ONE_DEVICE.fullmatch(value)
+    if one is not None:
+        uuid, kind, mem, cores = one.groups()
+        return ((ContainerDevice(uuid, kind, int(mem), int(cores)),),)
+    return _decode_containers(value, key)
+
+
+def _decode_containers(value: str, key: str) -> PodDevices:
+    """Any number of containers and devices, field by field."""
     chunks = value.split(';')
     if chunks[-1] == '':
         chunks.pop()

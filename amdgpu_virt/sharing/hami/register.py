@@ -6,7 +6,9 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Annotated, Any
+
+import msgspec
 
 from amdgpu_virt.sharing.hami.common import _check_text
 from amdgpu_virt.sharing.hami.common import _fail
@@ -75,8 +77,9 @@ def _loads(key: str, value: str) -> Any:
 
 #: Go's zero values and integer ranges per field kind
 _ZERO: dict[str, Any] = {'str': '', 'bool': False}
+_INT64_MAX = (1 << 63) - 1
 _RANGE = {'uint': (0, _UINT_MAX), 'int32': (_INT32_MIN, _INT32_MAX),
-          'int': (-(1 << 63), (1 << 63) - 1)}
+          'int': (-(1 << 63), _INT64_MAX)}
 
 
 def _decode_field(key: str, value: str, where: str, name: str,
@@ -110,6 +113,43 @@ def _decode_field(key: str, value: str, where: str, name: str,
     return raw
 
 
+def _typed_field(name: str, kind: str) -> tuple[str, Any, Any]:
+    """(name, type, default) of a field for the typed decoder: the Go
+    type's own values only (no null: that takes the full decoder)."""
+    if kind == 'map':
+        return name, dict[str, Any], msgspec.field(default_factory=dict)
+    if kind in _RANGE:
+        low, high = _RANGE[kind]
+        # bounds past int64 are not supported: larger values take the
+        # full decoder
+        return name, Annotated[int, msgspec.Meta(
+            ge=low, le=min(high, _INT64_MAX))], 0
+    return name, {'str': str, 'bool': bool}[kind], _ZERO[kind]
+
+
+#: a registration entry as HAMi writes it: the exact field names, each of
+#: its Go type and range; anything else (another spelling of a name, an
+#: unknown field, null, a value out of range) fails it, and the value is
+#: decoded again by the full decoder, which says what is wrong
+_TypedDevice = msgspec.defstruct(
+    '_TypedDevice', [_typed_field(name, kind)
+                     for name, kind in _DEVICE_FIELDS],
+    forbid_unknown_fields=True)
+_TYPED = msgspec.json.Decoder(list[_TypedDevice])  # type: ignore[valid-type]
+
+
+def _decode_typed(value: str) -> tuple[DeviceInfo, ...] | None:
+    """The devices of a registration written the way HAMi writes it, in
+    one pass; None when the full decoder has to read it."""
+    try:
+        entries = _TYPED.decode(value)
+    except (msgspec.MsgspecError, UnicodeError):
+        return None
+    # the typed fields are DeviceInfo's, in the same order
+    return tuple(DeviceInfo(*msgspec.structs.astuple(entry))
+                 for entry in entries)
+
+
 def decode_node_register(value: str, key: str = NODE_REGISTER
                          ) -> tuple[DeviceInfo, ...]:
     """Decode a node registration: a JSON array of DeviceInfo, or the
@@ -123,7 +163,11 @@ def decode_node_register(value: str, key: str = NODE_REGISTER
         field of the wrong type or range (named with the device index).
     """
     stripped = value.strip()
-    if not stripped.startswith(('[', '{', 'null')):
+    if stripped.startswith('['):
+        typed = _decode_typed(value)
+        if typed is not None:
+            return typed
+    elif not stripped.startswith(('{', 'null')):
         return decode_node_devices_legacy(value, key)
     data = _loads(key, value)
     if data is None:
