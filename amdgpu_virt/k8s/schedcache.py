@@ -44,6 +44,7 @@ from typing import Any
 from amdgpu_virt.k8s import cacheentry
 from amdgpu_virt.k8s import cacheindex
 from amdgpu_virt.k8s import cachepack
+from amdgpu_virt.k8s import cacheviews
 from amdgpu_virt.k8s import fit
 from amdgpu_virt.sharing import allocator
 from amdgpu_virt.sharing import hami
@@ -99,6 +100,7 @@ class ClusterCache:
         self.candidates = max(1, candidates)
         self._packer = None if mix is None else cachepack.Packer(
             mix, self.candidates, self.strategy)
+        self._viewer = cacheviews.ViewBuilder(self.strategy)
         #: the views' buckets, shapes and problems
         self.index = cacheindex.NodeIndex()
         #: the last candidate names and what they resolved to
@@ -345,8 +347,10 @@ class ClusterCache:
             if pod.problem and not problem:
                 problem = pod.problem
             usages.append((key, pod.devices, pod.cu_masks))
-        return fit.build_view(entry.name, entry.devices, usages,
-                              self.strategy, problem)
+        if self._viewer.strategy is not self.strategy:
+            self._viewer = cacheviews.ViewBuilder(self.strategy)
+        return self._viewer.build(entry.name, entry.devices, usages,
+                                  problem)
 
     def views(self, names: Iterable[str]
               ) -> tuple[list[fit.NodeView], list[str]]:
