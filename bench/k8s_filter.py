@@ -25,14 +25,16 @@ cache (the extender's default: the fragmentation score for binpack pods,
 HAMi's order for spread ones) and, on the same state, a plain first-fit
 over per-GPU free counts (the cheapest scan there is; the ratio says how
 far the cache is from it). Also the time to build the cache from the
-list: nodes and pods in pages of 500 as the API serves them (in memory,
-through the watchers' own list code), and the first views.
+list, wall and CPU: nodes and pods in pages of 500 as the API serves them
+(encoded before timing; in memory, through the extender's own watchers,
+page decoders and collector pause), and the first views;
+``--build-only`` stops there.
 
 Usage::
 
     python bench/k8s_filter.py [--nodes 100,1000,5000] [--requests 300]
                                [--http-requests 100] [--fill 2] [--seed 1]
-                               [--near-full 90,99]
+                               [--near-full 90,99] [--build-only]
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ hence to one CU strategy.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from amdgpu_virt import exception
@@ -36,6 +36,18 @@ LOG = logging.getLogger(__name__)
 
 #: most entries of each memo before it is cleared
 MEMO_ENTRIES = 1 << 16
+
+
+def _stored_mask(cu_masks: Mapping[str, int], uuid: str) -> int | None:
+    """The stored CU ranges of GPU ``uuid`` (lower case) in a pod's
+    ``hami.io/amd-cu-allocated``, whatever the case of its key there (the
+    last such key, as the reference reads them)."""
+    mask = cu_masks.get(uuid)
+    if mask is None:
+        for key, value in cu_masks.items():
+            if key.lower() == uuid:
+                mask = value
+    return mask
 
 
 def _index_key(state: fit.GpuState) -> tuple[int, str]:
@@ -155,13 +167,7 @@ class ViewBuilder:
                     used_here[2] += used.usedmem
                     mine[uuid] = mine.get(uuid, 0) + used.usedcores
             for uuid, count in mine.items():
-                mask = None
-                if cu_masks:
-                    mask = cu_masks.get(uuid)
-                    if mask is None:
-                        for key, value in cu_masks.items():
-                            if key.lower() == uuid:
-                                mask = value
+                mask = _stored_mask(cu_masks, uuid) if cu_masks else None
                 if mask:
                     stored.append((owner, uuid, mask))
                     count -= mask.bit_count()

@@ -237,17 +237,20 @@ class ClusterCache:
         listed pod (see :func:`.cachelist.pod_page`). The views are built
         at once when the nodes are listed too."""
         pods: dict[str, PodEntry] = {}
-        listed: set[str] = set()
+        #: listed pods that hold no GPU (the others are in ``pods``)
+        others: set[str] = set()
         for key, entry in listing:
-            listed.add(key)
-            if entry is not None:
+            if entry is None:
+                others.add(key)
+            else:
                 pods[key] = entry
         with self.lock:
             self._pods = pods
             reserved = self._reserved
             for key, reservation in list(reserved.items()):
                 if reservation.resource_version is not None and (
-                        key not in listed or list_rv is not None and
+                        key not in pods and key not in others or
+                        list_rv is not None and
                         reservation.resource_version <= list_rv):
                     del reserved[key]
             # every placement afresh (what _refresh does, key by key)

@@ -145,9 +145,9 @@ def _decode_typed(value: str) -> tuple[DeviceInfo, ...] | None:
         entries = _TYPED.decode(value)
     except (msgspec.MsgspecError, UnicodeError):
         return None
-    # the typed fields are DeviceInfo's, in the same order
-    return tuple(DeviceInfo(*msgspec.structs.astuple(entry))
-                 for entry in entries)
+    # the typed fields are DeviceInfo's (same names, every one set)
+    return tuple(msgspec.convert(entries, list[DeviceInfo],
+                                 from_attributes=True))
 
 
 def decode_node_register(value: str, key: str = NODE_REGISTER
