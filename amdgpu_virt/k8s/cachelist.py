@@ -24,7 +24,6 @@ from collections.abc import Callable
 from typing import Any
 
 import msgspec
-import orjson
 
 from amdgpu_virt.k8s import cacheentry
 from amdgpu_virt.sharing import hami
@@ -37,15 +36,14 @@ PodItem = tuple[str, cacheentry.PodEntry | None]
 
 
 def loads(data: bytes | str) -> Any:
-    """A list page: the fast decoder, or the standard one for what the
-    fast one refuses (NaN, lone surrogates), so a page lists if and only
-    if it did before. The fast decoder reads integers past 64 bits as
-    floats; the cache reads only strings from nodes and pods (names,
-    annotations, phase, resourceVersion, capacity quantities), so no
-    answer changes."""
+    """A list page as plain objects: the fast decoder, or the standard one
+    for what the fast one refuses (NaN, lone surrogates), so a page lists
+    if and only if it did before. Nesting deeper than the decoders go
+    raises :class:`RecursionError` (the fast one raises it too: it never
+    crashes the process on a crafted page)."""
     try:
-        return orjson.loads(data)
-    except orjson.JSONDecodeError:
+        return msgspec.json.decode(data)
+    except (msgspec.MsgspecError, UnicodeError):
         return json.loads(data)
 
 
@@ -132,7 +130,7 @@ def _typed_page(decoder: msgspec.json.Decoder[Any], data: bytes | str
     it."""
     try:
         return decoder.decode(data)
-    except (msgspec.MsgspecError, UnicodeError):
+    except (msgspec.MsgspecError, UnicodeError, RecursionError):
         return None
 
 

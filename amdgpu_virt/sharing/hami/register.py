@@ -143,7 +143,7 @@ def _decode_typed(value: str) -> tuple[DeviceInfo, ...] | None:
     one pass; None when the full decoder has to read it."""
     try:
         entries = _TYPED.decode(value)
-    except (msgspec.MsgspecError, UnicodeError):
+    except (msgspec.MsgspecError, UnicodeError, RecursionError):
         return None
     # the typed fields are DeviceInfo's (same names, every one set)
     return tuple(msgspec.convert(entries, list[DeviceInfo],

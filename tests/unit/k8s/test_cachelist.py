@@ -328,3 +328,25 @@ class ClusterTest(testtools.TestCase):
         self.assertEqual(('', '', []), cachelist.pod_page(b'{}'))
         self.assertEqual(('', '', []), cachelist.pod_page(
             b'{"metadata": null, "items": null}'))
+
+
+class DeepNestingTest(testtools.TestCase):
+    """Crafted nesting deeper than any decoder goes fails the page (or the
+    registration) with an error; it never crashes the process."""
+
+    DEEP = '[' * 200000 + ']' * 200000
+
+    def test_pages(self) -> None:
+        for spot in ('"spec": {"x": %s}', '"metadata": {"annotations": '
+                     '{"%s": 1, "z": %%s}}' % hami.NODE_REGISTER):
+            data = ('{"items": [{%s}]}' % (spot % self.DEEP)).encode()
+            for decode in (cachelist.pod_page, cachelist.node_page(),
+                           cachelist.json_page):
+                self.assertRaises(RecursionError, decode, data)
+
+    def test_registration(self) -> None:
+        for value in (self.DEEP, '[{"id": "g", "custominfo": {"x": %s}}]'
+                      % self.DEEP):
+            err = self.assertRaises(exception.HamiProtocolError,
+                                    hami.decode_node_register, value)
+            self.assertIn('not JSON', str(err))
