@@ -17,7 +17,8 @@ large cluster after a list, with less work per pod and per GPU:
   come from :class:`~amdgpu_virt.k8s.fit.GpuState`'s own methods once per
   distinct (GPU size, slots, CUs, memory, usable CUs) and are shared.
 
-The memos are bounded (cleared when full) and belong to one builder,
+The memos are bounded (cleared when full; a GPU shared by more than
+:data:`MEMO_PODS` pods is replayed each time) and belong to one builder,
 hence to one CU strategy.
 """
 
@@ -36,6 +37,9 @@ LOG = logging.getLogger(__name__)
 
 #: most entries of each memo before it is cleared
 MEMO_ENTRIES = 1 << 16
+#: longest sequence of pods of one GPU whose replay is memoised (longer
+#: ones are replayed each time: the memo's size stays bounded)
+MEMO_PODS = 64
 
 
 def _stored_mask(cu_masks: Mapping[str, int], uuid: str) -> int | None:
@@ -73,15 +77,18 @@ class ViewBuilder:
                 unit: int, pending: list[tuple[str, int]]) -> int:
         """Free CUs (whole units) of a GPU after the pods without stored
         ranges, in order."""
-        key = (device.devcore, unit, tuple(count for _o, count in pending))
-        free = self._replays.get(key)
-        if free is not None:
-            return free
+        key = None
+        if len(pending) <= MEMO_PODS:
+            key = (device.devcore, unit,
+                   tuple(count for _o, count in pending))
+            free = self._replays.get(key)
+            if free is not None:
+                return free
         alloc = allocator.CuAllocator(uuid, device.devcore, unit=unit,
                                       strategy=self.strategy)
         fitted = self._allocate(name, alloc, pending)
         free = allocator.whole_units(alloc.free_mask, unit)
-        if fitted:
+        if fitted and key is not None:
             if len(self._replays) >= MEMO_ENTRIES:
                 self._replays.clear()
             self._replays[key] = free

@@ -103,3 +103,15 @@ class ViewBuilderTest(testtools.TestCase):
                 builder.build('n', [device], pods))
             self.assertLessEqual(len(builder._replays), 4)
             self.assertLessEqual(len(builder._derived), 4)
+        # a GPU shared by more pods than MEMO_PODS is replayed, not kept
+        self.useFixture(fixtures.MonkeyPatch(
+            'amdgpu_virt.k8s.cacheviews.MEMO_PODS', 3))
+        builder = cacheviews.ViewBuilder(allocator.BestFitStrategy())
+        pods = [('ns/p%d' % n, ((hami.ContainerDevice('g', 'AMD', 1, 5),),),
+                 None) for n in range(4)]
+        self.assertEqual(
+            fit.build_view('n', [device], pods, builder.strategy),
+            builder.build('n', [device], pods))
+        self.assertEqual({}, builder._replays)
+        builder.build('n', [device], pods[:3])
+        self.assertEqual(1, len(builder._replays))
