@@ -49,6 +49,28 @@ class PodEntry:
     value: str = ''
 
 
+_new = object.__new__
+
+
+def _live_pod(key: str, node: str, devices: hami.PodDevices,
+              cu_masks: Mapping[str, int] | None, rv: int | None,
+              value: str) -> PodEntry:
+    """``PodEntry(key, node, devices, cu_masks, None, rv, value)``, made
+    without the frozen dataclass's ``object.__setattr__`` per field (a list
+    makes one per pod): the same instance, field for field (a test
+    checks)."""
+    entry = _new(PodEntry)
+    fields = entry.__dict__
+    fields['key'] = key
+    fields['node'] = node
+    fields['devices'] = devices
+    fields['cu_masks'] = cu_masks
+    fields['problem'] = None
+    fields['resource_version'] = rv
+    fields['value'] = value
+    return entry
+
+
 def rv_of(value: Any) -> int | None:
     """A resourceVersion as a number (None: absent or not a number)."""
     try:
@@ -176,4 +198,4 @@ def pod_entry(key: str, node: str, key_name: str, value: Any,
                         'pod %s carries an unreadable annotation (%s); '
                         'nothing more is placed on this node until it is '
                         'fixed or gone' % (key, err), rv, '')
-    return PodEntry(key, node, devices, masks, None, rv, value)
+    return _live_pod(key, node, devices, masks, rv, value)

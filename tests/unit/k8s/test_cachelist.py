@@ -350,3 +350,32 @@ class DeepNestingTest(testtools.TestCase):
             err = self.assertRaises(exception.HamiProtocolError,
                                     hami.decode_node_register, value)
             self.assertIn('not JSON', str(err))
+
+
+class FastConstructorTest(testtools.TestCase):
+    """The decoders' constructors make the instances the dataclasses'
+    own __init__ makes (same fields, no __post_init__ skipped)."""
+
+    def test_same_instances(self) -> None:
+        import dataclasses
+
+        for cls, fast, values in (
+                (hami.ContainerDevice, hami_pods._device,
+                 ('g', 'AMD', 1, 2)),
+                (cacheentry.PodEntry, cacheentry._live_pod,
+                 ('ns/p', 'n', (), {'g': 3}, 7, 'g,AMD,1,2:;'))):
+            self.assertFalse(hasattr(cls, '__post_init__'))
+            made = fast(*values)
+            if cls is cacheentry.PodEntry:
+                values = values[:4] + (None,) + values[4:]
+            self.assertEqual(len(dataclasses.fields(cls)), len(values))
+            reference = cls(*values)
+            self.assertEqual(reference, made)
+            self.assertEqual(vars(reference), vars(made))
+            self.assertEqual(repr(reference), repr(made))
+            first = dataclasses.fields(cls)[0].name
+            self.assertRaises(dataclasses.FrozenInstanceError, setattr,
+                              made, first, 'x')
+        device = hami_pods._device('g', 'AMD', 1, 2)
+        self.assertEqual(hash(hami.ContainerDevice('g', 'AMD', 1, 2)),
+                         hash(device))
