@@ -125,6 +125,11 @@ class ClusterCache:
     # -- state ----------------------------------------------------------
 
     @property
+    def reference_mem(self) -> int:
+        """Most memory of one GPU seen (request memory as a fraction)."""
+        return self.index.reference_mem
+
+    @property
     def synced(self) -> bool:
         return self.nodes_synced.is_set() and self.pods_synced.is_set()
 
@@ -392,7 +397,7 @@ class ClusterCache:
             if self.mix is not None and request.node_policy == 'binpack':
                 if self._dirty:
                     self._sync_views()
-                self.mix.record(request.shapes(self.index.reference_mem))
+                self.mix.record(request.shapes(self.reference_mem))
             decision = self._decide(request, names)
             if decision.fit is None:
                 if previous is None:
