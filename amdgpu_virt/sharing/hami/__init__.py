@@ -40,6 +40,7 @@ times).
 from __future__ import annotations
 
 from amdgpu_virt.sharing.hami.names import ALLOCATION_ANNOTATIONS
+from amdgpu_virt.sharing.hami.names import ALLOCATION_LABELS
 from amdgpu_virt.sharing.hami.names import AMD_TYPE_WORD
 from amdgpu_virt.sharing.hami.names import BIND_PHASE
 from amdgpu_virt.sharing.hami.names import BIND_TIME
@@ -114,6 +115,7 @@ from amdgpu_virt.sharing.hami.lock import parse_rfc3339
 
 __all__ = [
     'ALLOCATION_ANNOTATIONS',
+    'ALLOCATION_LABELS',
     'AMD_TYPE_WORD',
     'BIND_PHASE',
     'BIND_TIME',

@@ -56,6 +56,10 @@ WEBHOOK_IGNORE = 'ignore'
 ALLOCATION_ANNOTATIONS = (DEVICES_TO_ALLOCATE, DEVICES_ALLOCATED,
                           CU_ALLOCATED, VGPU_NODE, VGPU_TIME, BIND_PHASE,
                           BIND_TIME)
+#: Pod labels that record an allocation (HAMi's scheduler labels a pod
+#: with the node it chose, for selecting a node's pods): written, like
+#: :data:`ALLOCATION_ANNOTATIONS`, only by the project's service accounts.
+ALLOCATION_LABELS = (VGPU_NODE,)
 
 NODE_SCHEDULER_POLICIES = ('binpack', 'spread')
 DEFAULT_NODE_SCHEDULER_POLICY = 'binpack'
