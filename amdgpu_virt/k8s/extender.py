@@ -123,15 +123,16 @@ class Service:
             wait=group.node_lock_wait, grace=group.node_lock_grace)
         records = recordstore.RecordStore(core_api,
                                           conf.kubernetes.namespace)
+        self.collector = recordgc.Collector(
+            records, core_api, interval=group.record_sweep_interval,
+            unbound_ttl=group.node_lock_timeout)
         self.extender = Extender(
             self.cache, core_api, locker,
             default_node_policy=group.node_scheduler_policy,
             default_gpu_policy=group.gpu_scheduler_policy,
             records=records, scheduler_name=conf.kubernetes.scheduler_name,
-            fence=lease_fence(conf, core_api))
-        self.collector = recordgc.Collector(
-            records, core_api, interval=group.record_sweep_interval,
-            unbound_ttl=group.node_lock_timeout)
+            fence=lease_fence(conf, core_api),
+            leftover=self.collector.remove_later)
         # this process is the extender's own: pause the cyclic collector
         # while a list is read, and after each list keep the loaded objects
         # out of its full passes

@@ -14,8 +14,9 @@ one fails:
   allocating`` and the ``pods/binding`` (:meth:`Bookings.binding`), the
   lock released by the device plugin once every container is served.
 
-Undoing: :meth:`Bookings.unbook` removes a booking (best effort: the
-record collector removes what is left); :meth:`Bookings.forget`
+Undoing: :meth:`Bookings.unbook` removes a booking (retried, then handed
+to the record collector: a booking left behind holds its GPUs, unseen by
+every cache, until the collector's sweep); :meth:`Bookings.forget`
 removes a pod's bookings and mirror when it fits nowhere any more;
 :meth:`Bookings.undo` follows a failed bind once :meth:`Bookings.state`
 has read where the pod really is (a lost answer may hide a binding that
@@ -27,6 +28,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Callable
 from collections.abc import Iterable
 from collections.abc import Mapping
 from typing import Any
@@ -56,15 +58,23 @@ class Bookings:
     :param core_api: the API client.
     :param records: the allocation records.
     :param locker: node locks.
+    :param leftover: called with ``(node, pod uid)`` when a booking could
+        not be removed after :attr:`UNBOOK_TRIES` attempts (the record
+        collector retries it); None: the next sweep removes it.
     """
+
+    #: attempts of one booking removal before it is left to ``leftover``
+    UNBOOK_TRIES = 3
 
     def __init__(self, cache: schedcache.ClusterCache, core_api: Any,
                  records: recordstore.RecordStore,
-                 locker: nodelock.NodeLocker) -> None:
+                 locker: nodelock.NodeLocker,
+                 leftover: Callable[[str, str], None] | None = None) -> None:
         self.cache = cache
         self.api = core_api
         self.records = records
         self.locker = locker
+        self.leftover = leftover
 
     # -- pods --------------------------------------------------------------
 
@@ -109,14 +119,22 @@ class Bookings:
         return record.pods[uid]
 
     def unbook(self, node: str, uid: str, key: str) -> None:
-        """Best effort: the pod no longer holds anything on ``node``
-        (what is left is removed by the record collector)."""
-        try:
-            self.records.update(node, lambda record: allocrecord.without(
-                record, uid))
-        except exception.AmdgpuVirtError as err:
-            LOG.warning('pod %s: not removed from the record of node %s: %s',
-                        key, node, err)
+        """The pod no longer holds anything on ``node``: retried a few
+        times, then handed to ``leftover`` (a booking left behind would
+        keep its GPUs from every other pod while no cache sees it)."""
+        for attempt in range(self.UNBOOK_TRIES):
+            if attempt:
+                time.sleep(0.05 * 2 ** attempt)
+            try:
+                self.records.update(node, lambda record: allocrecord.without(
+                    record, uid))
+                return
+            except exception.AmdgpuVirtError as err:
+                LOG.warning('pod %s: not removed from the record of node %s '
+                            '(attempt %d of %d): %s', key, node, attempt + 1,
+                            self.UNBOOK_TRIES, err)
+        if self.leftover is not None:
+            self.leftover(node, uid)
 
     def forget(self, pod: Mapping[str, Any], uid: str, key: str,
                nodes: Iterable[str]) -> None:

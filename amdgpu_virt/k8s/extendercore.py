@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from collections.abc import Mapping
 from typing import Any
 
@@ -72,6 +73,9 @@ class Extender:
         ``core_api``).
     :param default_node_policy: used when a pod does not say.
     :param default_gpu_policy: used when a pod does not say.
+    :param leftover: called with ``(node, pod uid)`` for a booking whose
+        removal kept failing (see :class:`~amdgpu_virt.k8s.
+        extenderbookings.Bookings`).
     """
 
     #: nodes one filter call tries when their allocation records refuse
@@ -85,7 +89,8 @@ class Extender:
                  default_gpu_policy: str = hami.DEFAULT_GPU_SCHEDULER_POLICY,
                  records: recordstore.RecordStore | None = None,
                  scheduler_name: str | None = None,
-                 fence: fencing.LeaseFence | None = None) -> None:
+                 fence: fencing.LeaseFence | None = None,
+                 leftover: Callable[[str, str], None] | None = None) -> None:
         self.cache = cache
         self.api = core_api
         self.locker = locker or nodelock.NodeLocker(core_api)
@@ -95,8 +100,8 @@ class Extender:
         self.scheduler_name = scheduler_name
         self.fence = fence
         self.metrics = extenderhttp.Metrics(cache)
-        self.bookings = extenderbookings.Bookings(cache, core_api,
-                                                  self.records, self.locker)
+        self.bookings = extenderbookings.Bookings(
+            cache, core_api, self.records, self.locker, leftover)
 
     def _verified_pod(self, namespace: str, name: str, uid: Any,
                       field: str) -> dict[str, Any]:
@@ -219,8 +224,14 @@ class Extender:
                     failed.update(refused)
                     return self._answer(args, [], as_nodes, failed,
                                         decision.unresolvable), 'nofit'
-            except exception.AmdgpuVirtError:
+            except exception.AmdgpuVirtError as err:
                 self.cache.cancel(key)
+                if isinstance(err, exception.KubernetesError) and \
+                        not isinstance(err, exception.AllocationRecordError):
+                    # the write may have taken effect, its answer lost: a
+                    # booking nobody knows of would hold the GPUs until
+                    # the sweep
+                    self.bookings.unbook(node, uid, key)
                 raise
         for other in earlier - {None, node}:
             self.bookings.unbook(str(other), uid, key)
