@@ -53,28 +53,13 @@ class LeftoverBookingTest(testtools.TestCase):
                 if m == method and path in p]
 
     def test_removal_after_a_failed_mirror_is_retried(self) -> None:
-        self._book_on_both_records()
-        self.proxy.add_rule(Rule(Fault.ERROR, 'PATCH', POD_PATCH))
-        # the booking's own write passes, the next two fail
-        self.proxy.add_rule(Rule(Fault.ERROR, 'PUT', '/configmaps/',
-                                 times=2, skip=1))
-        answer = self.cluster.filter(self.pod)
-        self.assertIn('PATCH pod team/p', answer['Error'])
-        # two removals failed, the third went through
-        self.assertEqual(2, self._faults('PUT', '/configmaps/').count(
-            Fault.ERROR))
+        # two removals fail, the third goes through
+        self._filter_failing(removals=2)
         self.assertEqual([], self._booked())
 
     def test_removal_that_keeps_failing_is_left_to_the_collector(
             self) -> None:
-        self._book_on_both_records()
-        self.proxy.add_rule(Rule(Fault.ERROR, 'PATCH', POD_PATCH))
-        self.proxy.add_rule(Rule(Fault.ERROR, 'PUT', '/configmaps/',
-                                 times=3, skip=1))
-        answer = self.cluster.filter(self.pod)
-        self.assertIn('PATCH pod team/p', answer['Error'])
-        self.assertEqual(3, self._faults('PUT', '/configmaps/').count(
-            Fault.ERROR))
+        self._filter_failing(removals=3)
         # the collector's event thread removes it, long before a sweep
         deadline = time.monotonic() + 10
         while self._booked() and time.monotonic() < deadline:
@@ -84,6 +69,19 @@ class LeftoverBookingTest(testtools.TestCase):
         assert service is not None
         self.assertEqual(1, service.collector.removed)
 
+    def _filter_failing(self, removals: int) -> None:
+        """Filter ``p`` with its mirror patch refused and the first
+        ``removals`` record writes after its booking failing."""
+        self._book_on_both_records()
+        self.proxy.add_rule(Rule(Fault.ERROR, 'PATCH', POD_PATCH))
+        # the booking's own write passes
+        self.proxy.add_rule(Rule(Fault.ERROR, 'PUT', '/configmaps/',
+                                 times=removals, skip=1))
+        answer = self.cluster.filter(self.pod)
+        self.assertIn('PATCH pod team/p', answer['Error'])
+        self.assertEqual(removals, self._faults(
+            'PUT', '/configmaps/').count(Fault.ERROR))
+
     def _book_on_both_records(self) -> None:
         """Both records exist (a later booking replaces one with PUT)."""
         other = self.cluster.create(cluster.gpu_pod('other', [SMALL]))
@@ -91,7 +89,7 @@ class LeftoverBookingTest(testtools.TestCase):
             answer: dict[str, Any] = self.cluster.filter(other, nodes=(node,))
             self.assertEqual([node], answer['NodeNames'], answer)
         records = [self.store.read(n) for n in NODES]
-        self.assertEqual([1, 1], [version is not None
+        self.assertEqual([True, True], [version is not None
                                   for _r, version in records])
         self.assertEqual(1, sum(r.find('team', 'other') is not None
                                 for r, _v in records))
