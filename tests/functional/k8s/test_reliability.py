@@ -28,7 +28,9 @@ those of the same run with the fault-injection proxy between the API
 server stand-in and both the extender processes and the kubelets' device
 plugins (500s, resets, answers lost after the write, truncated answers and
 delays by seeded schedule; default 1000): the same invariants hold, every
-failed request being retried as kube-scheduler and kubelet retry. Smaller
+failed request being retried as kube-scheduler and kubelet retry. The
+extender processes use the ``kubernetes`` client as deployed (its
+connection retries on), the device plugins' client retries nothing. Smaller
 runs for a quick check::
 
     AMDGPU_VIRT_RELIABILITY_PODS=100 AMDGPU_VIRT_RELIABILITY_FAULT_PODS=100 \\
@@ -119,6 +121,8 @@ class _Run:
         #: (node, gpu uuid) -> [(pod, CU mask, MiB)] from containers' env
         self.got: dict[tuple[str, str], list[tuple[str, int, int]]] = \
             collections.defaultdict(list)
+        #: bookings the record sweep removed after a run through faults
+        self.swept: int | None = None
 
     def add(self, what: list[Any], item: Any) -> None:
         with self.lock:
@@ -193,14 +197,18 @@ class ReliabilityTest(testtools.TestCase):
             thread.join(timeout=max(1.0, deadline - time.monotonic()))
         alive = [t.name for t in workers + threads if t.is_alive()]
         now = time.monotonic()
-        self.addDetail('figures', content.text_content(
-            '%d pods: %d bound, %d rejected, %d retried requests; setup '
-            '%.1f s, placing and allocating %.1f s%s'
-            % (count, len(run.bound_to), len(run.rejected),
-               len(run.retried), ready - started, now - ready,
-               '' if world.proxy is None else '; faults: %s' % dict(
-                   collections.Counter(f.value for _m, _p, f in
-                                       world.proxy.log)))))
+        figures = '%d pods: %d bound, %d rejected, %d retried requests; ' \
+            'setup %.1f s, placing and allocating %.1f s' % (
+                count, len(run.bound_to), len(run.rejected),
+                len(run.retried), ready - started, now - ready)
+        if world.proxy is not None:
+            figures += '; faults: %s' % dict(collections.Counter(
+                f.value for _m, _p, f in world.proxy.log))
+        # read once the test is over: the final sweep's count is known then
+        self.addDetail('figures', content.Content(
+            content.UTF8_TEXT, lambda: [(figures + (
+                '' if run.swept is None else '; stale bookings swept at '
+                'the end: %d' % run.swept)).encode()]))
         self.assertEqual([], alive, 'still running after %.0f s' % DEADLINE)
         self.assertEqual([], run.errors)
         self._check_answers(run, count, faults)
@@ -405,7 +413,7 @@ class ReliabilityTest(testtools.TestCase):
         if faults is not None:
             # a booking whose removal failed (the API lost it) is left on
             # a node the pod is not bound to until the record sweep
-            recordgc.Collector(store, world.api).sweep()
+            run.swept = recordgc.Collector(store, world.api).sweep()
         booked: dict[str, str] = {}
         for name in NODES:
             record = store.read(name)[0]
