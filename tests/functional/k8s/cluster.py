@@ -146,15 +146,14 @@ class Cluster(fixtures.Fixture):
             url = self.proxy.url
         if self.use_processes:
             directory = self.useFixture(fixtures.TempDir()).path
-        for number in range(self.extenders):
-            if self.use_processes:
-                process = self.useFixture(extenderproc.ExtenderProcess(
-                    url, directory, 'extender-%d' % number, self.overrides))
-                self.processes.append(process)
-                assert process.address is not None
-                self.https.append(HttpJson(*process.address))
+            # all started at once, then waited for
+            self.processes = [self.useFixture(extenderproc.ExtenderProcess(
+                url, directory, 'extender-%d' % number, self.overrides,
+                wait=False)) for number in range(self.extenders)]
+            for process in self.processes:
+                self.https.append(HttpJson(*process.ready().address))
                 self.addCleanup(self.https[-1].close)
-                continue
+        for _n in range(0 if self.use_processes else self.extenders):
             # each extender gets a client of its own, as in its own process
             config = client.Configuration(host=url)
             config.connection_pool_maxsize = 16

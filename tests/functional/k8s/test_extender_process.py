@@ -5,7 +5,8 @@ fixtures.extenderproc`) with a configuration file and a kubeconfig that
 point it at the API server stand-in: it serves filter and bind over HTTP
 on the port it logs, stops cleanly on SIGTERM (status 0), stops when the
 process that started it goes away (its stdin closes), and refuses a bad
-configuration with a message naming the option.
+configuration with a message naming the option; when one of two is
+killed between filter and bind, the other places the pod once.
 """
 
 from __future__ import annotations
@@ -51,6 +52,27 @@ class ExtenderProcessTest(testtools.TestCase):
         log = process.tail().decode()
         self.assertIn('Signal %d received; stopping' % signal.SIGTERM, log)
         self.assertIn('pod team/p bound to n1', log)
+
+    def test_killed_between_filter_and_bind(self) -> None:
+        # a failover: the extender that filtered is killed (SIGKILL, no
+        # clean shutdown); kube-scheduler retries through the other one
+        world = self.useFixture(cluster.Cluster(
+            ('n1', 'n2'), gpus=1, extenders=2, processes=True))
+        first, _second = world.processes
+        pod = world.create(cluster.gpu_pod('p', [SMALL]))
+        (chosen,) = world.filter(pod, via=0)['NodeNames']
+        first.signal(signal.SIGKILL)
+        self.assertEqual(-signal.SIGKILL, first.stop())
+        answer = world.filter(pod, via=1)
+        (node,) = answer['NodeNames']
+        self.assertEqual({'Error': ''}, world.bind(pod, node, via=1))
+        self.assertEqual(node, world.read_pod('team', 'p')['spec'][
+            'nodeName'])
+        store = recordstore.RecordStore(world.api)
+        holding = [n for n in ('n1', 'n2')
+                   if store.read(n)[0].find('team', 'p') is not None]
+        # booked once, where it is bound, whichever node the first chose
+        self.assertEqual([node], holding, 'first chose %s' % chosen)
 
     def test_stops_when_its_parent_goes_away(self) -> None:
         kube = self.useFixture(kubeclient.ApiServerFixture())
