@@ -12,8 +12,12 @@ import enum
 from typing import Any
 
 from amdgpu_virt.model import Kind
+from amdgpu_virt.policy.workload import MAX_CUS
 
 UNVERIFIED = 'unverified on real hardware'
+#: CU ids of a grant are below this: the most CUs a workload may ask of
+#: one GPU
+MAX_CU_ID = MAX_CUS
 
 
 class Code(str, enum.Enum):
@@ -115,9 +119,13 @@ def cu_ranges(cus: tuple[int, ...]) -> str:
 def parse_cu_ranges(text: str) -> tuple[int, ...]:
     """The CU ids of ``0-75,80``.
 
-    :raises ValueError: on a malformed list.
+    The ids are those of one GPU, so a list naming an id at or past
+    :data:`MAX_CU_ID` is refused before it is expanded (a crafted
+    ``0-999999999`` costs nothing).
+
+    :raises ValueError: on a malformed list, naming the part.
     """
-    result: list[int] = []
+    result: set[int] = set()
     for part in str(text).split(','):
         part = part.strip()
         if '-' in part:
@@ -125,10 +133,13 @@ def parse_cu_ranges(text: str) -> tuple[int, ...]:
             first, last = int(low), int(high)
             if last < first:
                 raise ValueError('range %r runs backwards' % part)
-            result.extend(range(first, last + 1))
         else:
-            result.append(int(part))
-    return tuple(sorted(set(result)))
+            first = last = int(part)
+        if first < 0 or last >= MAX_CU_ID:
+            raise ValueError('CU %r is outside 0..%d' % (part,
+                                                         MAX_CU_ID - 1))
+        result.update(range(first, last + 1))
+    return tuple(sorted(result))
 
 
 def _span(start: int, end: int) -> str:
