@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, overload
 
 from amdgpu_virt.model import Kind
 from amdgpu_virt.policy.workload import MAX_CUS
@@ -146,6 +147,67 @@ def _span(start: int, end: int) -> str:
     return str(start) if start == end else '%d-%d' % (start, end)
 
 
+class Trail(Sequence[Verdict]):
+    """The verdicts of one decision, kept compact, written out when read.
+
+    A plan of 200,000 workloads keeps a trail per decision, but ``explain``
+    reads one and ``plan -f json`` none: the filters' verdicts are shared
+    with every workload of the same shape (``head``), the planner's own
+    verdicts are kept as the numbers behind them (``args``) and are only
+    made into sentences by ``render(*args)`` when the trail is read; later
+    notes (``tail``) are kept as verdicts. A trail compares, hashes and
+    prints as the tuple of its verdicts, so it may stand wherever a tuple
+    of verdicts did.
+    """
+
+    __slots__ = ('head', 'render', 'args', 'tail')
+
+    def __init__(self, head: tuple[Verdict, ...],
+                 render: Callable[..., Sequence[Verdict]] | None = None,
+                 args: tuple[Any, ...] = (),
+                 tail: tuple[Verdict, ...] = ()) -> None:
+        self.head = head
+        self.render = render
+        self.args = args
+        self.tail = tail
+
+    def verdicts(self) -> tuple[Verdict, ...]:
+        """Every verdict, in order."""
+        middle = tuple(self.render(*self.args)) if self.render else ()
+        return self.head + middle + self.tail
+
+    def __iter__(self) -> Iterator[Verdict]:
+        return iter(self.verdicts())
+
+    def __len__(self) -> int:
+        return len(self.verdicts())
+
+    @overload
+    def __getitem__(self, index: int) -> Verdict: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> tuple[Verdict, ...]: ...
+
+    def __getitem__(self, index: int | slice) -> Verdict | tuple[
+            Verdict, ...]:
+        return self.verdicts()[index]
+
+    def __add__(self, other: Sequence[Verdict]) -> Trail:
+        return Trail(self.head, self.render, self.args,
+                     self.tail + tuple(other))
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, (Trail, tuple)):
+            return self.verdicts() == tuple(other)
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self.verdicts())
+
+    def __repr__(self) -> str:
+        return repr(self.verdicts())
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class Decision:
     """The outcome for one workload."""
@@ -156,7 +218,9 @@ class Decision:
     kind: Kind | None = None
     host: str | None = None
     grants: tuple[Grant, ...] = ()
-    trail: tuple[Verdict, ...] = ()
+    #: every rule's verdict (a tuple, or a :class:`Trail` that reads as
+    #: one)
+    trail: Sequence[Verdict] = ()
     score: float | None = None
     #: placed on a GPU whose driver differs from its host's family
     unverified: bool = False

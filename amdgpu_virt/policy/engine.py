@@ -62,12 +62,13 @@ class Scored:
     parts: tuple[tuple[str, float, float], ...]
 
     def explain(self) -> str:
-        return _explain(self.score, self.parts)
+        return explain_parts(self.score, self.parts)
 
 
 @functools.lru_cache(maxsize=4096)
-def _explain(score: float, parts: tuple[tuple[str, float, float], ...]
-             ) -> str:
+def explain_parts(score: float, parts: tuple[tuple[str, float, float], ...]
+                  ) -> str:
+    """``score`` and each weigher's part of it, in words."""
     return '%.2f = %s' % (score, ' + '.join(
         '%s %.2f x %g' % (name, raw, mult)
         for name, raw, mult in parts) or 'no weighers')

@@ -46,7 +46,7 @@ from amdgpu_virt.policy import state as st
 from amdgpu_virt.policy.decision import Code
 from amdgpu_virt.policy.decision import Decision
 from amdgpu_virt.policy.decision import Grant
-from amdgpu_virt.policy.decision import UNVERIFIED
+from amdgpu_virt.policy.decision import Trail
 from amdgpu_virt.policy.decision import Verdict
 from amdgpu_virt.policy.fleetstate import FleetState
 from amdgpu_virt.policy.result import Bound
@@ -473,16 +473,21 @@ class Planner(FleetState):
             -w.fraction_on(_REFERENCE_MODEL), w.name))
 
     def place(self, w: Workload) -> Decision:
-        """Decide and commit one workload."""
+        """Decide and commit one workload.
+
+        The trail shares the filters' verdicts with every workload of the
+        same shape and keeps the planner's own as numbers
+        (:class:`~.decision.Trail`), written out when it is read.
+        """
         if not self.gpus:
             return Decision(w.name, Code.NEVER, 'the fleet has no GPUs')
         judgement = self.engine.judge(w, self.options)
-        trail = list(judgement.trail)
+        head = judgement.trail
         if not judgement.allowed:
             return Decision(
                 w.name, Code.NEVER, 'no kind is allowed on any GPU model '
-                'of the fleet: %s' % explain.first_refusals(judgement.trail),
-                trail=tuple(trail))
+                'of the fleet: %s' % explain.first_refusals(head),
+                trail=head)
         choices: list[Choice] = []
         for option in judgement.allowed:
             choices.extend(self._candidates(w, option))
@@ -490,48 +495,35 @@ class Planner(FleetState):
             ranked = self.engine.rank(w, [c.view for c in choices])
             best = ranked[0]
             choice = next(c for c in choices if c.view is best.candidate)
-            free = explain.free_text(w, choice)
+            free = explain.free_state(choice)
             grants = self._commit(w, choice)
-            for scored in ranked:
-                trail.append(Verdict(
-                    'weighers', scored.candidate.kind, True,
-                    '%s on %s %s (%s): score %s' % (
-                        scored.candidate.kind.value, scored.candidate.host,
-                        ','.join(scored.candidate.addresses),
-                        'in role' if scored.candidate.in_role ==
-                        len(scored.candidate.addresses) else 'converting',
-                        scored.explain()), scored.candidate.model.name))
+            scores = explain.ranked_state(ranked)
             if grants is None:
+                head = head + tuple(explain.weigher_verdicts(scores))
                 choices.remove(choice)
                 continue
-            reason = '%s on %s: %s' % (
-                choice.kind.value, choice.host.name, ', '.join(
-                    '%s %s' % (g.address, g.describe()) for g in grants))
-            if choice.unverified:
-                reason += ' (%s: mixed host drivers)' % UNVERIFIED
-            trail.append(Verdict('capacity', choice.kind, True, free,
-                                 choice.view.model.name))
-            trail.append(Verdict('planner', choice.kind, True,
-                                 'placed ' + reason,
-                                 choice.view.model.name))
+            model = choice.view.model
             return Decision(w.name, Code.PLACED,
                             self._short(w, choice, judgement),
                             choice.kind, choice.host.name, grants,
-                            tuple(trail), best.score, choice.unverified)
+                            Trail(head, explain.placed_verdicts, (
+                                w, model, choice.kind, choice.role,
+                                choice.host.name, grants,
+                                choice.unverified, scores, free)),
+                            best.score, choice.unverified)
         never = explain.never_reasons(self, self.shape, w,
                                       judgement)
-        trail.extend(never[1])
         if never[0]:
             return Decision(w.name, Code.NEVER, '; '.join(
-                v.message for v in never[1]), trail=tuple(trail))
+                v.message for v in never[1]), trail=Trail(
+                    head, tail=tuple(never[1])))
         capacity = [explain.capacity_verdict(self, w, o)
                     for o in judgement.allowed]
-        trail.extend(capacity)
         return Decision(
             w.name, Code.UNSCHEDULABLE, 'allowed %s, but nothing is free '
             'now: %s' % ('/'.join(k.value for k in judgement.kinds()),
-                         capacity[0].message), trail=tuple(trail))
-
+                         capacity[0].message), trail=Trail(
+                head, tail=tuple(never[1]) + tuple(capacity)))
 
     def _short(self, w: Workload, choice: Choice,
                judgement: av_engine.Judgement) -> str:
