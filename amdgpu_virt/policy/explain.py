@@ -175,7 +175,7 @@ def capacity_verdict(state: FleetState, w: Workload, option: base.Option
 _CONVERT, _VFS, _SLICE, _WHOLE = range(4)
 
 
-def free_state(choice: Choice) -> tuple[Any, ...]:
+def free_state(choice: Choice) -> list[Any]:
     """What is free where the workload goes, before it goes there: per
     GPU a tag, its address and the numbers (flat, for
     :func:`placed_verdicts`)."""
@@ -195,11 +195,11 @@ def free_state(choice: Choice) -> tuple[Any, ...]:
                       pool.mem_free, pool.mem_total)
         else:
             state += (_WHOLE, gs.address)
-    return tuple(state)
+    return state
 
 
 def _free_text(w: Workload, model: GpuModel, role: Role, host: str,
-               state: tuple[Any, ...]) -> str:
+               state: Sequence[Any]) -> str:
     parts = []
     i = 0
     while i < len(state):
@@ -226,25 +226,28 @@ def _free_text(w: Workload, model: GpuModel, role: Role, host: str,
         '; '.join(parts))
 
 
-def ranked_state(ranked: Sequence[av_engine.Scored]) -> tuple[Any, ...]:
+def ranked_state(ranked: Sequence[av_engine.Scored],
+                 memo: dict[Any, Any]) -> list[Any]:
     """The weighers' ranking of the candidates, flat (for
-    :func:`weigher_verdicts`)."""
+    :func:`weigher_verdicts`): per candidate what its verdict shares with
+    others of its profile (kept once in ``memo``), its host and its
+    GPUs."""
     state: list[Any] = []
     for scored in ranked:
         c = scored.candidate
-        state += (c.kind, c.host, c.addresses,
-                  c.in_role == len(c.addresses), c.model.name,
+        shared = (c.kind, c.in_role == len(c.addresses), c.model.name,
                   scored.score, scored.parts)
-    return tuple(state)
+        state += (memo.setdefault(shared, shared), c.host, c.addresses)
+    return state
 
 
-def weigher_verdicts(state: tuple[Any, ...]) -> list[Verdict]:
+def weigher_verdicts(state: Sequence[Any]) -> list[Verdict]:
     """A verdict per ranked candidate of :func:`ranked_state`, best
     first."""
     verdicts = []
-    for i in range(0, len(state), 7):
-        kind, host, addresses, in_role, model, score, parts = \
-            state[i:i + 7]
+    for i in range(0, len(state), 3):
+        shared, host, addresses = state[i:i + 3]
+        kind, in_role, model, score, parts = shared
         verdicts.append(Verdict(
             'weighers', kind, True, '%s on %s %s (%s): score %s' % (
                 kind.value, host, ','.join(addresses),
@@ -255,14 +258,15 @@ def weigher_verdicts(state: tuple[Any, ...]) -> list[Verdict]:
 
 def placed_verdicts(w: Workload, model: GpuModel, kind: Kind, role: Role,
                     host: str, grants: Sequence[Grant], unverified: bool,
-                    ranked: tuple[Any, ...], free: tuple[Any, ...]
-                    ) -> list[Verdict]:
+                    ranked: int, *state: Any) -> list[Verdict]:
     """The planner's verdicts of a placement, in words: the weighers'
-    ranking, what was free where it went, and what it got."""
-    verdicts = weigher_verdicts(ranked)
+    ranking (the first ``ranked`` items of ``state``, from
+    :func:`ranked_state`), what was free where it went (the rest, from
+    :func:`free_state`), and what it got."""
+    verdicts = weigher_verdicts(state[:ranked])
     verdicts.append(Verdict('capacity', kind, True,
-                            _free_text(w, model, role, host, free),
-                            model.name))
+                            _free_text(w, model, role, host,
+                                       state[ranked:]), model.name))
     reason = '%s on %s: %s' % (kind.value, host, ', '.join(
         '%s %s' % (g.address, g.describe()) for g in grants))
     if unverified:

@@ -64,6 +64,15 @@ class FleetState:
         self.failed: set[Any] = set()
         #: why-never verdicts per workload shape
         self.never: dict[Any, list[Verdict]] = {}
+        #: grow at every change of ``ready``, of the VF indexes and of the
+        #: shared devices (with :attr:`FreeIndex.version`, what a search
+        #: cached on them compares)
+        self.ready_version = 0
+        self.vf_version = 0
+        self.cu_version = 0
+        #: (idle devices, free fraction of the partly used ones) of the
+        #: shared GPUs per (model, host), dropped at every change there
+        self.fragments: dict[tuple[str, str], tuple[int, float]] = {}
         order = 0
         for inv in hosts:
             if inv.hostname in self.hosts:
@@ -148,11 +157,13 @@ class FleetState:
             self.vf_update(gs)
         elif role is Role.K8S_SHARED:
             gs.make_pools(self.strategy, share_mode or gs.compute_mode)
+            self.cu_version += 1
             for pool in gs.pools:
                 self.cu_update(pool)
             self.shared_hosts.setdefault(model, {}).setdefault(
                 gs.host.name, []).append(gs)
         elif role in (Role.NOVA_DEDICATED, Role.K8S_DEDICATED) and gs.fixed:
+            self.ready_version += 1
             self.ready.setdefault((model, role), {}).setdefault(
                 gs.host.name, []).append(gs)
 
@@ -163,7 +174,9 @@ class FleetState:
         free CUs and free memory counted in CUs, so that a scan from a
         request's own balanced size finds pools that fit both.
         """
+        self.cu_version += 1
         gs = pool.gpu
+        self.fragments.pop((gs.model.name, gs.host.name), None)
         index = self.cu_index.setdefault(gs.model.name, st.PoolIndex())
         for each in gs.pools:
             value = 0
@@ -179,6 +192,7 @@ class FleetState:
         return -(-mib * (model.compute_units or 1) // (model.vram_mib or 1))
 
     def vf_update(self, gs: st.GpuState) -> None:
+        self.vf_version += 1
         key = (gs.model.name, gs.vf_count or 0)
         self.vf_index.setdefault(key, st.BucketIndex()).put(
             gs, len(gs.vf_free))
@@ -344,6 +358,7 @@ class FleetState:
         if decision.kind is Kind.DEDICATED:
             gs.owner = None
             if gs.fixed and gs.role is not None:
+                self.ready_version += 1
                 self.ready.setdefault((gs.model.name, gs.role), {}
                                       ).setdefault(gs.host.name,
                                                    []).append(gs)
@@ -407,6 +422,8 @@ class FleetState:
         model = gs.model.name
         host = gs.host
         gs.role = None
+        self.vf_version += 1
+        self.cu_version += 1
         if role is Role.NOVA_VF:
             self.vf_index[(model, gs.vf_count or 0)].put(gs, 0)
             count = gs.vf_count
@@ -414,6 +431,7 @@ class FleetState:
                         if g.role is Role.NOVA_VF and g.vf_count == count)
             self.vf_hosts[(model, count or 0)].put(host.name, total)
         elif role is Role.K8S_SHARED:
+            self.fragments.pop((model, host.name), None)
             index = self.cu_index[model]
             for pool in gs.pools:
                 index.put(pool, 0)
@@ -439,6 +457,7 @@ class FleetState:
         self.free.add(gs)
 
     def unready(self, gs: st.GpuState) -> None:
+        self.ready_version += 1
         hosts = self.ready.get((gs.model.name, gs.role))  # type: ignore
         if hosts and gs in hosts.get(gs.host.name, []):
             hosts[gs.host.name].remove(gs)

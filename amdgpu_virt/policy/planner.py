@@ -53,6 +53,7 @@ from amdgpu_virt.policy.result import Bound
 from amdgpu_virt.policy.result import Plan
 from amdgpu_virt.policy.workload import Platform
 from amdgpu_virt.policy.workload import Workload
+from amdgpu_virt.sharing import allocator as cu_allocator
 from amdgpu_virt.sharing import packing
 
 LOG = logging.getLogger(__name__)
@@ -97,6 +98,13 @@ class Planner(FleetState):
         self.packing: packing.Score | None = None
         #: short reasons per (shape, kind, unit, unverified)
         self._reasons: dict[Any, str] = {}
+        #: candidates per (shape, option), with the index versions they
+        #: were found at (see :meth:`_candidates`)
+        self._found: dict[Any, tuple[tuple[int, int], list[Choice]]] = {}
+        #: CU ids per bitmap given
+        self._cu_ids: dict[int, tuple[int, ...]] = {}
+        #: what the weighers' verdicts of one profile share
+        self._ranked: dict[Any, Any] = {}
 
     # -- candidates -------------------------------------------------------
 
@@ -142,7 +150,8 @@ class Planner(FleetState):
               in_role: int, unverified: bool) -> base.Candidate:
         return base.Candidate(
             kind=kind, model=model, host=host.name,
-            addresses=tuple(g.address for g in gpus),
+            addresses=(gpus[0].addresses if len(gpus) == 1
+                       else tuple(g.address for g in gpus)),
             numa_nodes=tuple(g.gpu.numa_node for g in gpus),
             unit_cus=unit[0], unit_mib=unit[1], in_role=in_role,
             unverified=unverified)
@@ -266,16 +275,21 @@ class Planner(FleetState):
         the host's shared devices, in fractions of a GPU), then the room
         left."""
         gs = pool.gpu
-        idle = 0
-        partial = 0.0
-        for other in self.shared_hosts.get(gs.model.name, {}).get(
-                gs.host.name, (gs,)):
-            for each in other.pools:
-                if each.alloc.used_count == 0 and \
-                        each.mem_free == each.mem_total:
-                    idle += 1
-                else:
-                    partial += each.alloc.free_count / (other.cus or 1)
+        where = (gs.model.name, gs.host.name)
+        known = self.fragments.get(where)
+        if known is None:
+            idle = 0
+            partial = 0.0
+            for other in self.shared_hosts.get(where[0], {}).get(
+                    where[1], (gs,)):
+                for each in other.pools:
+                    if each.alloc.used_count == 0 and \
+                            each.mem_free == each.mem_total:
+                        idle += 1
+                    else:
+                        partial += each.alloc.free_count / (other.cus or 1)
+            known = self.fragments[where] = (idle, partial)
+        idle, partial = known
         free = packing.GpuFree(
             pool.alloc.free_count / (gs.cus or 1),
             pool.mem_free / (gs.vram or 1), gs.slices < self.max_slices,
@@ -369,6 +383,7 @@ class Planner(FleetState):
                 if not ready:
                     # look at the others first next time (round robin)
                     hosts[hostname] = hosts.pop(hostname)
+                    self.cu_version += 1
                     continue
                 spare = [g for g in host.gpus if g.role is None
                          and self._could_share(g, cus, mib)]
@@ -376,6 +391,7 @@ class Planner(FleetState):
                                      ready + spare, n)
                 if found is None:
                     hosts[hostname] = hosts.pop(hostname)
+                    self.cu_version += 1
                     continue
                 gpus, unv = found
                 convert = tuple(g for g in gpus if g.role is None)
@@ -399,18 +415,43 @@ class Planner(FleetState):
 
     def _candidates(self, w: Workload, option: base.Option
                     ) -> list[Choice]:
+        """The candidates of ``w`` for ``option``.
+
+        They depend only on the workload's shape and on the indexes the
+        kind searches, so they are kept per (shape, option) with the
+        versions of those indexes and reused while none has changed
+        (workloads of one shape come in runs, and most placements change
+        one kind's index). A multi-GPU slice search turns its round robin
+        as it goes, so it is not kept.
+        """
         key = (w.shape(), option)
         if key in self.failed:
             return []
-        if option.kind is Kind.DEDICATED:
+        kind = option.kind
+        if kind is Kind.DEDICATED:
+            version: tuple[int, int] | None = (self.free.version,
+                                               self.ready_version)
+        elif kind is Kind.VF:
+            version = (self.free.version, self.vf_version)
+        elif w.gpus == 1:
+            version = (self.free.version, self.cu_version)
+        else:
+            version = None
+        if version is not None:
+            hit = self._found.get(key)
+            if hit is not None and hit[0] == version:
+                return hit[1]
+        if kind is Kind.DEDICATED:
             found = self._dedicated(w, option)
-        elif option.kind is Kind.VF:
+        elif kind is Kind.VF:
             found = self._vf(w, option)
         else:
             found = self._cu(w, option)
         if not found:
             # capacity only shrinks while planning: this shape stays out
             self.failed.add(key)
+        elif version is not None:
+            self._found[key] = (version, found)
         return found
 
     # -- commit -----------------------------------------------------------
@@ -447,7 +488,7 @@ class Planner(FleetState):
                         raise exception.InsufficientCapacity(
                             gpu=gs.address, requested=cus, unit='CUs',
                             owner=w.name, free=0, capacity=gs.cus)
-                    taken = pool.alloc.allocate(w.name, cus)
+                    mask = pool.alloc.allocate_mask(w.name, cus)
                 except exception.SharingError:
                     for other in done:
                         other.alloc.release(w.name)
@@ -459,6 +500,10 @@ class Planner(FleetState):
                 gs.slices += 1
                 self.cu_update(pool)
                 done.append(pool)
+                # the same CUs are given on many GPUs: one tuple for all
+                taken = self._cu_ids.get(mask)
+                if taken is None:
+                    taken = self._cu_ids[mask] = cu_allocator.ids_of(mask)
                 grants.append(Grant(gs.address, mib, cus, cus=taken,
                                     partition=pool.partition))
         return tuple(grants)
@@ -497,7 +542,7 @@ class Planner(FleetState):
             choice = next(c for c in choices if c.view is best.candidate)
             free = explain.free_state(choice)
             grants = self._commit(w, choice)
-            scores = explain.ranked_state(ranked)
+            scores = explain.ranked_state(ranked, self._ranked)
             if grants is None:
                 head = head + tuple(explain.weigher_verdicts(scores))
                 choices.remove(choice)
@@ -509,7 +554,8 @@ class Planner(FleetState):
                             Trail(head, explain.placed_verdicts, (
                                 w, model, choice.kind, choice.role,
                                 choice.host.name, grants,
-                                choice.unverified, scores, free)),
+                                choice.unverified, len(scores), *scores,
+                                *free)),
                             best.score, choice.unverified)
         never = explain.never_reasons(self, self.shape, w,
                                       judgement)
@@ -552,8 +598,17 @@ class Planner(FleetState):
                     'or already running' % w.name)
             names.add(w.name)
         if self.conf.policy.packing:
+            # one request shape per workload shape, weighed by its count
+            # (the same sums as one weight per workload, in the same order)
+            counts: dict[Any, list[Any]] = {}
+            for w in workloads:
+                entry = counts.get(w.shape())
+                if entry is None:
+                    counts[w.shape()] = [_shape_of(w), 1.0]
+                else:
+                    entry[1] += 1.0
             self.packing = packing.score_of(
-                (_shape_of(w), 1.0) for w in workloads)
+                (shape, weight) for shape, weight in counts.values())
         decided: dict[str, Decision] = {}
         ordered = self.order(workloads)
         for w in ordered:

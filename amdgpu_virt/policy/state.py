@@ -53,7 +53,8 @@ class Pool:
 class GpuState:
     """One GPU while planning."""
 
-    __slots__ = ('host', 'gpu', 'model', 'address', 'order', 'role',
+    __slots__ = ('host', 'gpu', 'model', 'address', 'addresses', 'order',
+                 'role',
                  'fixed', 'vf_count', 'vf_free', 'vf_owners', 'pools',
                  'slices', 'owner', 'unverified', 'compute_mode',
                  'memory_mode', '_layouts')
@@ -63,6 +64,8 @@ class GpuState:
         self.gpu = gpu
         self.model = gpu.model
         self.address = str(gpu.address)
+        #: ``(address,)``, shared by every candidate of this GPU alone
+        self.addresses = (self.address,)
         self.order = order
         self.role: Role | None = None
         #: the role came from the ledger and must not change
@@ -194,12 +197,15 @@ class FreeIndex:
         self.counts: dict[str, int] = {}
         #: models with a free list, per host (so a rekey is per host)
         self.models: dict[str, dict[str, None]] = {}
+        #: grows at every change (searches cached on the index compare it)
+        self.version = 0
 
     def _bucket(self, model: str, key: str, count: int) -> dict[str, None]:
         return self.buckets.setdefault((model, key), {}).setdefault(count,
                                                                      {})
 
     def add(self, gpu: GpuState) -> None:
+        self.version += 1
         host = gpu.host
         key = self.keys.setdefault(host.name, host.family_key)
         self.hosts[host.name] = host
@@ -214,6 +220,7 @@ class FreeIndex:
         self.max_count = max(self.max_count, len(lst))
 
     def remove(self, gpu: GpuState) -> None:
+        self.version += 1
         host = gpu.host.name
         key = self.keys[host]
         lst = self.free[(host, gpu.model.name)]
@@ -229,6 +236,7 @@ class FreeIndex:
         new = host.family_key
         if old is None or old == new:
             return
+        self.version += 1
         self.keys[host.name] = new
         name = host.name
         for model in self.models.get(name, ()):
