@@ -38,7 +38,7 @@ class Option:
     vf_count: int | None = None
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class Candidate:
     """A concrete placement the weighers score.
 

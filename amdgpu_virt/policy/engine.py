@@ -53,7 +53,7 @@ class Judgement:
                      if any(o.kind is k for o in self.allowed))
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class Scored:
     """A candidate with its total score and each weigher's part."""
 

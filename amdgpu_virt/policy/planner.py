@@ -21,6 +21,7 @@ by :mod:`.report`.
 from __future__ import annotations
 
 import dataclasses
+import gc
 import itertools
 import logging
 import math
@@ -360,13 +361,15 @@ class Planner(FleetState):
             index = self.cu_index.get(model.name)
             need = max(cus, -(-mib * (model.compute_units or 1)
                               // (model.vram_mib or 1)))
+            # an indexed device is on a k8s-shared GPU: only the GPU
+            # filters may refuse it (what _select would say for one GPU)
+            refusal = self.engine.gpu_refusal if self.checks_gpus else None
             picked = self._pick_pool(w, (
-                (pool, found) for pool in (
-                    index.fitting(need, mib) if index else ())
-                if pool.fits(cus, mib)
-                for found in [self._select(w, Kind.CU, Role.K8S_SHARED,
-                                           [pool.gpu], 1)]
-                if found is not None))
+                (pool, ((pool.gpu,), pool.gpu.unverified))
+                for pool in (index.fitting(need, mib) if index else ())
+                if pool.fits(cus, mib) and (
+                    refusal is None
+                    or refusal(w, Kind.CU, pool.gpu.gpu) is None)))
             if picked is not None:
                 pool, found = picked
                 gs = pool.gpu
@@ -586,10 +589,25 @@ class Planner(FleetState):
              ) -> Plan:
         """Place ``workloads`` (new ones; running ones came in ``existing``).
 
+        The cyclic garbage collector is paused while the plan is made (it
+        would walk the growing plan again and again, and the plan leaves
+        no cycles behind), and set back as it was after.
+
         :param invalid: specifications that failed validation, reported
             with code ``invalid`` and every problem in the trail.
         :raises PlanError: a workload name is used twice or is running.
         """
+        paused = gc.isenabled()
+        gc.disable()
+        try:
+            return self._plan(workloads, invalid)
+        finally:
+            if paused:
+                gc.enable()
+
+    def _plan(self, workloads: Sequence[Workload],
+              invalid: Sequence[tuple[str, exception.WorkloadSpecError]]
+              ) -> Plan:
         names = {d.workload for d in self.existing}
         for w in workloads:
             if w.name in names:

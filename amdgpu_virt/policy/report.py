@@ -77,9 +77,10 @@ def gpu_reports(state: FleetState, decisions: Sequence[Decision]
             granted = 0.0
         cu_owners = []
         for pool in gs.pools:
-            for owner, cus in pool.alloc.allocations.items():
+            alloc = pool.alloc
+            for owner in alloc.allocations:
                 for start, length in cu_allocator.runs(
-                        cu_allocator.mask_of(cus)):
+                        alloc.mask_of(owner)):
                     cu_owners.append((owner, pool.partition, start,
                                       length))
         reports.append(GpuReport(

@@ -74,7 +74,7 @@ class Sensitivity(str, enum.Enum):
         return ('low', 'medium', 'high').index(self.value)
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class Workload:
     """What one workload needs. Sizes are per GPU.
 
