@@ -202,7 +202,18 @@ class Engine:
         Ties go to the candidate granting less (GPU shares), then to the
         earlier one.
         """
-        scored = [self.score(workload, c) for c in candidates]
+        cache = self._scores
+        if cache is None:
+            scored = [self.score(workload, c) for c in candidates]
+        else:
+            shape = workload.shape()
+            scored = []
+            for c in candidates:
+                hit = cache.get((shape, c.profile()))
+                scored.append(self.score(workload, c) if hit is None
+                              else Scored(c, hit[0], hit[1]))
+        if len(scored) == 1:
+            return scored
 
         def granted(c: base.Candidate) -> float:
             return len(c.addresses) * max(

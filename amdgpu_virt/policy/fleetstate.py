@@ -70,9 +70,11 @@ class FleetState:
         self.ready_version = 0
         self.vf_version = 0
         self.cu_version = 0
-        #: (idle devices, free fraction of the partly used ones) of the
-        #: shared GPUs per (model, host), dropped at every change there
-        self.fragments: dict[tuple[str, str], tuple[int, float]] = {}
+        #: (idle devices, free fraction of the partly used ones, scores
+        #: of its devices per workload shape) of the shared GPUs per
+        #: (model, host), dropped at every change there
+        self.fragments: dict[tuple[str, str],
+                             tuple[int, float, dict[Any, Any]]] = {}
         order = 0
         for inv in hosts:
             if inv.hostname in self.hosts:

@@ -278,7 +278,13 @@ class Planner(FleetState):
         gs = pool.gpu
         where = (gs.model.name, gs.host.name)
         known = self.fragments.get(where)
-        if known is None:
+        # kept per host until a device of the host changes (cu_update)
+        memo_key = (pool, w.shape())
+        if known is not None:
+            hit = known[2].get(memo_key)
+            if hit is not None:
+                return hit
+        else:
             idle = 0
             partial = 0.0
             for other in self.shared_hosts.get(where[0], {}).get(
@@ -289,8 +295,8 @@ class Planner(FleetState):
                         idle += 1
                     else:
                         partial += each.alloc.free_count / (other.cus or 1)
-            known = self.fragments[where] = (idle, partial)
-        idle, partial = known
+            known = self.fragments[where] = (idle, partial, {})
+        idle, partial, memo = known
         free = packing.GpuFree(
             pool.alloc.free_count / (gs.cus or 1),
             pool.mem_free / (gs.vram or 1), gs.slices < self.max_slices,
@@ -301,7 +307,8 @@ class Planner(FleetState):
         cost = packing.share_cost(score, free, cus, mib / (gs.vram or 1),
                                   gs.slices + 1 < self.max_slices, idle,
                                   partial, mib)
-        return round(cost, 9), free.cus - cus
+        memo[memo_key] = result = (round(cost, 9), free.cus - cus)
+        return result
 
     def _spread_vfs(self, w: Workload, gpus: Sequence[st.GpuState],
                     n: int) -> tuple[st.GpuState, ...] | None:
