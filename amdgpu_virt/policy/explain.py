@@ -235,9 +235,13 @@ def ranked_state(ranked: Sequence[av_engine.Scored],
     state: list[Any] = []
     for scored in ranked:
         c = scored.candidate
-        shared = (c.kind, c.in_role == len(c.addresses), c.model.name,
-                  scored.score, scored.parts)
-        state += (memo.setdefault(shared, shared), c.host, c.addresses)
+        key = (id(scored.parts), c.kind.value, c.in_role == len(
+            c.addresses), c.model.name, scored.score)
+        shared = memo.get(key)
+        if shared is None:
+            shared = memo[key] = (c.kind, key[2], c.model.name,
+                                  scored.score, scored.parts)
+        state += (shared, c.host, c.addresses)
     return state
 
 

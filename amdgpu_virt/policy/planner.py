@@ -106,6 +106,11 @@ class Planner(FleetState):
         self._cu_ids: dict[int, tuple[int, ...]] = {}
         #: what the weighers' verdicts of one profile share
         self._ranked: dict[Any, Any] = {}
+        #: a small number per workload shape, the key of the caches
+        #: above (a shape tuple of enums is slow to hash), and that of the
+        #: workload being placed
+        self._shapes: dict[Any, int] = {}
+        self._shape = -1
 
     # -- candidates -------------------------------------------------------
 
@@ -279,7 +284,7 @@ class Planner(FleetState):
         where = (gs.model.name, gs.host.name)
         known = self.fragments.get(where)
         # kept per host until a device of the host changes (cu_update)
-        memo_key = (pool, w.shape())
+        memo_key = (pool, self._shape)
         if known is not None:
             hit = known[2].get(memo_key)
             if hit is not None:
@@ -423,8 +428,8 @@ class Planner(FleetState):
                 self._view(Kind.CU, model, host, gpus, unit, 0, unv)))
         return result
 
-    def _candidates(self, w: Workload, option: base.Option
-                    ) -> list[Choice]:
+    def _candidates(self, w: Workload, option: base.Option,
+                    shape: Any = None) -> list[Choice]:
         """The candidates of ``w`` for ``option``.
 
         They depend only on the workload's shape and on the indexes the
@@ -434,7 +439,7 @@ class Planner(FleetState):
         one kind's index). A multi-GPU slice search turns its round robin
         as it goes, so it is not kept.
         """
-        key = (w.shape(), option)
+        key = (w.shape() if shape is None else shape, option)
         if key in self.failed:
             return []
         kind = option.kind
@@ -536,6 +541,10 @@ class Planner(FleetState):
         """
         if not self.gpus:
             return Decision(w.name, Code.NEVER, 'the fleet has no GPUs')
+        shape = self._shapes.get(w.shape())
+        if shape is None:
+            shape = self._shapes[w.shape()] = len(self._shapes)
+        self._shape = shape
         judgement = self.engine.judge(w, self.options)
         head = judgement.trail
         if not judgement.allowed:
@@ -545,7 +554,7 @@ class Planner(FleetState):
                 trail=head)
         choices: list[Choice] = []
         for option in judgement.allowed:
-            choices.extend(self._candidates(w, option))
+            choices.extend(self._candidates(w, option, shape))
         while choices:
             ranked = self.engine.rank(w, [c.view for c in choices])
             best = ranked[0]
@@ -584,8 +593,8 @@ class Planner(FleetState):
     def _short(self, w: Workload, choice: Choice,
                judgement: av_engine.Judgement) -> str:
         view = choice.view
-        key = (w.shape(), choice.kind, view.unit_cus, view.unit_mib,
-               choice.unverified)
+        key = (self._shape, choice.kind.value, view.unit_cus,
+               view.unit_mib, choice.unverified)
         text = self._reasons.get(key)
         if text is None:
             text = self._reasons[key] = explain.short(w, choice, judgement)
