@@ -260,13 +260,18 @@ def weigher_verdicts(state: Sequence[Any]) -> list[Verdict]:
     return verdicts
 
 
-def placed_verdicts(w: Workload, model: GpuModel, kind: Kind, role: Role,
-                    host: str, grants: Sequence[Grant], unverified: bool,
-                    ranked: int, *state: Any) -> list[Verdict]:
+def placed_verdicts(w: Workload,
+                    kind_of: tuple[GpuModel, Kind, Role, bool], host: str,
+                    grants: Sequence[Grant], ranked: int, *state: Any
+                    ) -> list[Verdict]:
     """The planner's verdicts of a placement, in words: the weighers'
     ranking (the first ``ranked`` items of ``state``, from
     :func:`ranked_state`), what was free where it went (the rest, from
-    :func:`free_state`), and what it got."""
+    :func:`free_state`), and what it got.
+
+    :param kind_of: the model, kind, role and whether it is unverified.
+    """
+    model, kind, role, unverified = kind_of
     verdicts = weigher_verdicts(state[:ranked])
     verdicts.append(Verdict('capacity', kind, True,
                             _free_text(w, model, role, host,

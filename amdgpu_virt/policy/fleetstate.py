@@ -156,6 +156,7 @@ class FleetState:
         if role is Role.NOVA_VF:
             gs.vf_count = vf_count or self.vf_count_on(gs)
             gs.vf_free = list(range(gs.vf_count or 0))
+            gs.vf_owners = {}
             self.vf_update(gs)
         elif role is Role.K8S_SHARED:
             gs.make_pools(self.strategy, share_mode or gs.compute_mode)
@@ -437,7 +438,7 @@ class FleetState:
             index = self.cu_index[model]
             for pool in gs.pools:
                 index.put(pool, 0)
-            gs.pools = []
+            gs.pools = st.NO_POOLS  # type: ignore[assignment]
             shared = self.shared_hosts.get(model, {})
             on_host = shared.get(host.name, [])
             if gs in on_host:
@@ -445,8 +446,8 @@ class FleetState:
                 if not on_host:
                     del shared[host.name]
         gs.vf_count = None
-        gs.vf_free = []
-        gs.vf_owners = {}
+        gs.vf_free = st.NO_VFS  # type: ignore[assignment]
+        gs.vf_owners = st.NO_OWNERS  # type: ignore[assignment]
         gs.unverified = False
         gs.compute_mode = gs.gpu.compute_partition
         gs.memory_mode = gs.gpu.memory_partition

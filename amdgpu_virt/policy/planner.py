@@ -111,6 +111,7 @@ class Planner(FleetState):
         #: workload being placed
         self._shapes: dict[Any, int] = {}
         self._shape = -1
+        self._kinds: dict[Any, tuple[GpuModel, Kind, Role, bool]] = {}
 
     # -- candidates -------------------------------------------------------
 
@@ -571,10 +572,9 @@ class Planner(FleetState):
                             self._short(w, choice, judgement),
                             choice.kind, choice.host.name, grants,
                             Trail(head, explain.placed_verdicts, (
-                                w, model, choice.kind, choice.role,
-                                choice.host.name, grants,
-                                choice.unverified, len(scores), *scores,
-                                *free)),
+                                w, self._kind_of(model, choice),
+                                choice.host.name, grants, len(scores),
+                                *scores, *free)),
                             best.score, choice.unverified)
         never = explain.never_reasons(self, self.shape, w,
                                       judgement)
@@ -589,6 +589,18 @@ class Planner(FleetState):
             'now: %s' % ('/'.join(k.value for k in judgement.kinds()),
                          capacity[0].message), trail=Trail(
                 head, tail=tuple(never[1]) + tuple(capacity)))
+
+    def _kind_of(self, model: GpuModel, choice: Choice
+                 ) -> tuple[GpuModel, Kind, Role, bool]:
+        """(model, kind, role, unverified) of ``choice``, one tuple for
+        every decision alike."""
+        key = (id(model), choice.kind.value, choice.role.value,
+               choice.unverified)
+        found = self._kinds.get(key)
+        if found is None:
+            found = self._kinds[key] = (model, choice.kind, choice.role,
+                                        choice.unverified)
+        return found
 
     def _short(self, w: Workload, choice: Choice,
                judgement: av_engine.Judgement) -> str:
@@ -631,6 +643,7 @@ class Planner(FleetState):
                     source='workloads', reason='workload %s is listed twice '
                     'or already running' % w.name)
             names.add(w.name)
+        del names
         if self.conf.policy.packing:
             # one request shape per workload shape, weighed by its count
             # (the same sums as one weight per workload, in the same order)
