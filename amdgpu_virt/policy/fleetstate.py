@@ -195,14 +195,18 @@ class FleetState:
         return -(-mib * (model.compute_units or 1) // (model.vram_mib or 1))
 
     def vf_update(self, gs: st.GpuState) -> None:
+        """Re-index ``gs`` by its free VFs, and its host by the free VFs
+        of its GPUs of that VF count (the host's figure moves by what the
+        GPU's moved)."""
         self.vf_version += 1
         key = (gs.model.name, gs.vf_count or 0)
-        self.vf_index.setdefault(key, st.BucketIndex()).put(
-            gs, len(gs.vf_free))
-        total = sum(len(g.vf_free) for g in gs.host.gpus
-                    if g.role is Role.NOVA_VF and g.vf_count == gs.vf_count)
-        self.vf_hosts.setdefault(key, st.BucketIndex()).put(gs.host.name,
-                                                            total)
+        index = self.vf_index.setdefault(key, st.BucketIndex())
+        old = index.where.get(gs, 0)
+        free = len(gs.vf_free)
+        index.put(gs, free)
+        hosts = self.vf_hosts.setdefault(key, st.BucketIndex())
+        name = gs.host.name
+        hosts.put(name, hosts.where.get(name, 0) + free - old)
 
     # -- incremental mode -------------------------------------------------
 

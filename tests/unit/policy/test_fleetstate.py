@@ -21,9 +21,13 @@ from amdgpu_virt.policy.decision import parse_cu_ranges
 from amdgpu_virt.policy.workload import Platform
 from amdgpu_virt.policy.workload import Tenancy
 from amdgpu_virt.policy.workload import Workload
+from amdgpu_virt.policy import planner as av_planner
+from tests.unit.policy import test_properties as props
 from tests.unit.policy import utils
 
 MAX_SLICES = 3
+_IMPROVE = utils.conf(max_slices_per_gpu=4, improve_seconds=30.0,
+                      improve_tries=8)
 
 
 @functools.lru_cache(maxsize=1)
@@ -281,7 +285,6 @@ class TestRelease(testtools.TestCase):
     def test_a_gpu_whose_vfs_all_go_back_is_unassigned(self):
         # two VFs of one GPU are two grants: the GPU is empty only after
         # both, and then loses the role the plan gave it
-        from amdgpu_virt.policy import planner as av_planner
         hosts = [utils.host('gim', 'gim-cpx', gpus=2)]
         conf = utils.conf()
         planner = av_planner.Planner(conf, hosts)
@@ -309,3 +312,50 @@ class TestStateFile(testtools.TestCase):
         self.assertIn('placements[0].grants[0]', str(err))
         self.assertIn('outside 0..1023', str(err))
         self.assertEqual((0, 1, 1023), parse_cu_ranges('1023,0-1'))
+
+
+def _index_problems(planner):
+    """Where the planner's indexes disagree with a recomputation from
+    the GPUs themselves."""
+    from amdgpu_virt.model import Role
+    problems = []
+    hosts: dict = {}
+    for gs in planner.gpus:
+        if gs.role is Role.NOVA_VF:
+            key = (gs.model.name, gs.vf_count or 0)
+            if planner.vf_index[key].where.get(gs, 0) != len(gs.vf_free):
+                problems.append('vf_index %s' % gs.address)
+            hosts[key + (gs.host.name,)] = hosts.get(
+                key + (gs.host.name,), 0) + len(gs.vf_free)
+        free = planner.free.free.get((gs.host.name, gs.model.name), [])
+        if (gs in free) != (gs.role is None and not gs.fixed):
+            problems.append('free index %s (%s)' % (gs.address, gs.role))
+        for pool in gs.pools:
+            value = 0
+            if gs.slices < planner.max_slices:
+                value = min(pool.alloc.free_count, planner.mem_as_cus(
+                    gs.model, pool.mem_free))
+            found = planner.cu_index[gs.model.name]._where.get(pool)
+            if (found[0] if found else 0) != value:
+                problems.append('cu_index %s/%s' % (gs.address,
+                                                    pool.partition))
+    for key, index in planner.vf_hosts.items():
+        for host, value in index.where.items():
+            if hosts.get(key + (host,), 0) != value:
+                problems.append('vf_hosts %s %s' % (key, host))
+    return problems
+
+
+class TestIndexProperties(testtools.TestCase):
+
+    @settings(max_examples=40, deadline=None)
+    @given(props.fleets(), props.workloads())
+    def test_indexes_agree_with_a_recomputation(self, hosts, items):
+        # placements, the improvement pass's releases and restores, then
+        # releases
+        planner = av_planner.Planner(_IMPROVE, hosts)
+        plan = planner.plan(items)
+        self.assertEqual([], _index_problems(planner))
+        for d in [d for d in plan.decisions if d.placed][::2]:
+            planner.release(d)
+            self.assertEqual([], _index_problems(planner))
