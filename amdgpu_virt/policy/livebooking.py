@@ -201,7 +201,13 @@ class Booking:
                               mib, where, pool.mem_free))
                 ok = False
                 mib = pool.mem_free
-            if (mask or mib) and not self.keep(gs, h, Kind.CU, [Grant(
+            if not mask:
+                if not count:
+                    self.warn(gs, h.consumer, 'holds %d MiB of %s but no CU: '
+                              'what it uses is unknown' % (mib, where))
+                ok = False
+                continue
+            if not self.keep(gs, h, Kind.CU, [Grant(
                     gs.address, mib, count, cus=allocator.ids_of(mask),
                     partition=pool.partition)]):
                 ok = False
@@ -221,9 +227,13 @@ class Booking:
                                      for i in sorted(gs.vf_free)]
         elif gs.role is Role.K8S_SHARED:
             kind = Kind.CU
+            # every slice counts against [policy] max_slices_per_gpu: once
+            # the GPU holds that many, no new slice goes there, so the
+            # pools past the cap need no grant
+            room = self.fleet.max_slices - gs.slices
             for pool in gs.pools:
                 free = pool.alloc.free_mask
-                if free or pool.mem_free > 0:
+                if free and len(grants) < room:
                     grants.append(Grant(
                         gs.address, max(pool.mem_free, 0),
                         free.bit_count(), cus=allocator.ids_of(free),

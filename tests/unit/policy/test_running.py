@@ -285,6 +285,19 @@ class TestHostile(RunningTestCase):
         self.assertEqual(self.ledger, result.ledger)
         self.assertEqual(1, len(result.placements))
 
+    def test_more_slices_than_the_policy_allows(self):
+        self.conf = utils.conf(max_slices_per_gpu=2)
+        result = self.run_([pod('p%d' % i, compute_units=8, memory_mib=8)
+                            for i in range(3)])
+        (message,) = self.messages(result)
+        self.assertIn('pod/team/p2 on k8s GPU 0000:05:00.0: cannot be kept '
+                      'as it is', message)
+        self.assertIn('max_slices_per_gpu', message)
+        plan = self.plan(result, [Workload('s', Platform.POD,
+                                           Tenancy.TRUSTED, cus=8,
+                                           memory_mib=8)])
+        self.assertNotIn(GPU0, plan.decision('s').gpus)
+
     def test_a_bad_address_is_a_problem_not_a_crash(self):
         result = self.run_([pod('bad', address='not-an-address')])
         self.assertIn("GPU 'not-an-address' is not a PCI address",
