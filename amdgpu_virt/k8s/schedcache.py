@@ -48,6 +48,7 @@ from typing import Any
 
 from amdgpu_virt import exception
 from amdgpu_virt.k8s import fit
+from amdgpu_virt.k8s import fitrank
 from amdgpu_virt.sharing import allocator
 from amdgpu_virt.sharing import hami
 from amdgpu_virt.sharing import packing
@@ -60,11 +61,6 @@ BUCKETS = 32
 _MISSING = object()
 _UNKNOWN = ('node unknown to the extender (no such node, or the cache is '
             'not up to date yet)')
-
-
-@functools.lru_cache(maxsize=4096)
-def _cus(percent: int, devcore: int, unit: int) -> int:
-    return hami.percent_to_cus(percent, devcore, unit)
 
 
 def share_bucket(view: fit.NodeView) -> int:
@@ -263,8 +259,7 @@ class ClusterCache:
         self._shares: _Index = {}
         self._idle: _Index = {}
         #: (node signature, request shape) -> its best placement's cost
-        self._costs: dict[tuple[Any, Any], Any] = {}
-        self._cost_score: packing.Score | None = None
+        self._costs = fitrank.KeyMemo()
         #: the last candidate names and what they resolved to
         self._names: Sequence[str] | None = None
         self._wanted: tuple[set[str], set[str]] = (set(), set())
@@ -732,56 +727,19 @@ class ClusterCache:
                 for free in sorted(shares):
                     yield from shares[free]
 
-    @staticmethod
-    def _fast_key(score: packing.Score, view: fit.NodeView,
-                  want: fit.ContainerRequest) -> Any:
-        """(fragmentation added, free left) of the best placement of a
-        one-container request on ``view`` from its summary, or None when
-        no GPU holds it (the same for every node of the same
-        signature)."""
-        if want.exclusive:
-            left = view.idle_gpus - want.nums
-            if left < 0:
-                return None
-            partial = view.partial_free
-            cost = score.whole_fragment(left, partial) - \
-                score.whole_fragment(view.idle_gpus, partial)
-            return (round(cost, 9), float(left))
-        best = None
-        for gpu, free in zip(view.healthy, view.frees, strict=True):
-            info = gpu.info
-            if gpu.used_slots >= info.count:
-                continue
-            cus = _cus(want.percent, info.devcore, gpu.unit)
-            mem = want.mem or info.devmem
-            if gpu.usable_cores < cus or gpu.free_mem < mem or \
-                    mem > info.devmem:
-                continue
-            cost = packing.share_cost(
-                score, free, cus / info.devcore, mem / info.devmem,
-                gpu.used_slots + 1 < info.count, view.idle_gpus,
-                view.partial_free, mem)
-            key = (round(cost, 9), free.cus - cus / info.devcore)
-            if best is None or key < best:
-                best = key
-        return best
-
     def _decide_packed(self, request: fit.PodRequest, known: set[str],
                        unresolvable: dict[str, str]) -> fit.Decision:
         """The placement that grows expected fragmentation least, among
         the first nodes of the indexes that hold the request."""
         assert self.mix is not None
         score = self.mix.score
-        if score is not self._cost_score:
-            self._costs.clear()
-            self._cost_score = score
+        self._costs.begin(score)
         gpu_score = score if not request.gpu_policy_set or \
             request.gpu_policy == 'binpack' else None
-        wants = [w for w in request.containers if w.nums]
-        fast = gpu_score is not None and not request.filtered and \
-            len(wants) == 1 and (wants[0].exclusive or wants[0].nums == 1)
-        shape = (wants[0].nums, wants[0].percent, wants[0].mem,
-                 wants[0].exclusive) if fast else None
+        want = fitrank.summary_ranked(request) if gpu_score is not None \
+            else None
+        shape = None if want is None else \
+            (want.nums, want.percent, want.mem, want.exclusive)
         views = self._views
         failed = self._closed(known)
         found: list[tuple[Any, fit.NodeView, fit.NodeFit | None]] = []
@@ -789,20 +747,14 @@ class ClusterCache:
             if name not in known or name in unresolvable:
                 continue
             view = views[name]
-            if shape is not None:
-                memo = (view.signature, shape)
-                cost = self._costs.get(memo, _MISSING)
-                if cost is _MISSING:
-                    cost = self._fast_key(score, view, wants[0])
-                    if len(self._costs) > 1 << 16:
-                        self._costs.clear()
-                    self._costs[memo] = cost
+            if want is not None:
+                cost = self._costs.key(view, want, shape)
                 key = None if cost is None else \
                     (*cost, -view.usage, view.name)
                 if key is None:
                     failed[name] = fit.quick_reject(view, request) or \
                         'container %r (%s): no GPU holds it' % (
-                            wants[0].name, wants[0].describe())
+                            want.name, want.describe())
                     continue
                 found.append((key, view, None))
             else:
@@ -811,7 +763,8 @@ class ClusterCache:
                 if isinstance(result, str):
                     failed[name] = result
                     continue
-                found.append((self._placement_key(score, view, result),
+                found.append((fitrank.placement_key(score, view,
+                                                    result.containers),
                               view, result))
             if len(found) >= self.candidates:
                 break
@@ -826,27 +779,6 @@ class ClusterCache:
                     'nodes that fit)' % result.node)
             failed[view.name] = result
         return self._no_fit(request, known, failed, unresolvable)
-
-    @staticmethod
-    def _placement_key(score: packing.Score, view: fit.NodeView,
-                       placement: fit.NodeFit) -> Any:
-        index = {gpu.info.id: n for n, gpu in enumerate(view.healthy)}
-        changes: dict[int, packing.GpuFree] = {}
-        taken = 0.0
-        for container in placement.containers:
-            for used in container:
-                n = index[used.uuid]
-                gpu = view.healthy[n]
-                info = gpu.info
-                before = changes.get(n, view.frees[n])
-                share = used.usedcores / info.devcore
-                taken += share
-                changes[n] = packing.after(
-                    before, share, used.usedmem / info.devmem,
-                    gpu.used_slots + 1 < info.count, used.usedmem)
-        cost = packing.placement_cost(score, view.frees, changes)
-        left = sum(f.cus for f in view.frees) - taken
-        return (round(cost, 9), left, -view.usage, view.name)
 
     def _summary_reason(self, request: fit.PodRequest, name: str) -> str:
         """Why the node's summary rules ``request`` out (nodes the
