@@ -90,15 +90,17 @@ class DecisionClock:
         return result
 
 
-HEADER = ('%-10s %6s %8s %8s %8s %8s %8s %8s %5s %7s'
-          % ('', 'runs', 'wall p50', 'wall p99', 'wall max', 'cpu p50',
-             'cpu p99', 'cpu max', 'gc n', 'gc max'))
+def header(label: str = '') -> str:
+    """The column heads of :func:`row`."""
+    return ('%-11s %6s %8s %8s %8s %8s %8s %8s %5s %7s'
+            % (label, 'runs', 'wall p50', 'wall p99', 'wall max', 'cpu p50',
+               'cpu p99', 'cpu max', 'gc n', 'gc max'))
 
 
 def row(label: str, clock: DecisionClock) -> str:
-    """One line of figures in ms, under :data:`HEADER`."""
+    """One line of figures in ms, under :func:`header`."""
     f = clock.figures()
-    return ('%-10s %6d %8.3f %8.3f %8.3f %8.3f %8.3f %8.3f %5d %7.3f'
+    return ('%-11s %6d %8.3f %8.3f %8.3f %8.3f %8.3f %8.3f %5d %7.3f'
             % (label, f['runs'], f['wall_p50'] * 1e3, f['wall_p99'] * 1e3,
                f['wall_max'] * 1e3, f['cpu_p50'] * 1e3, f['cpu_p99'] * 1e3,
                f['cpu_max'] * 1e3, f['collected'], f['gc_max'] * 1e3))

@@ -314,7 +314,7 @@ def time_decisions(cache: schedcache.ClusterCache, names: list[str],
         gc.unfreeze()
     print('  per decision, ms (cpu: CPU time of the thread; gc n: '
           'decisions a collection ran in)')
-    print('  ' + _timing.HEADER)
+    print('  ' + _timing.header())
     for label, clock in (('cache', ours), ('first-fit', first)):
         print('  ' + _timing.row(label, clock))
     print('  cache / first-fit: %s; %d of %d placed'
