@@ -50,8 +50,33 @@ def summary_ranked(request: PodRequest) -> ContainerRequest | None:
     return want
 
 
+_MISSING = object()
+
+
+def _share_part(share_fragment: Any, sig: tuple[int, ...],
+                free: packing.GpuFree, percent: int,
+                asked: int) -> tuple[float, float] | None:
+    """(share of the GPU, change of its share fragmentation) when one
+    share of ``percent`` and ``asked`` MiB (0: all) goes on the GPU of
+    signature ``sig``, or None when it does not fit there."""
+    usable, free_mem, used_slots, count, devcore, devmem, unit = sig[:7]
+    if used_slots >= count:
+        return None
+    cus = _cus(percent, devcore, unit)
+    mem = asked or devmem
+    if usable < cus or free_mem < mem or mem > devmem:
+        return None
+    share = cus / devcore
+    return share, share_fragment(
+        max(0.0, free.cus - share), max(0.0, free.mem - mem / devmem),
+        used_slots + 1 < count,
+        max(0, free.mem_mib - mem) if free.mem_mib >= 0 else -1) - \
+        share_fragment(free.cus, free.mem, free.slot, free.mem_mib)
+
+
 def fast_key(score: packing.Score, view: NodeView,
-             want: ContainerRequest) -> Key | None:
+             want: ContainerRequest,
+             gpu_memo: dict[Hashable, Any] | None = None) -> Key | None:
     """(fragmentation added, free left) of the best placement of one
     container on ``view``, from its summary, or None when the node cannot
     hold it (the same for every node of the same signature).
@@ -62,6 +87,10 @@ def fast_key(score: packing.Score, view: NodeView,
     them), and their joint cost is the node's change of fragmentation
     (:func:`packing.placement_cost`). Free left: of the chosen GPU for
     one share, of the whole node for more.
+
+    :param gpu_memo: what each GPU state takes of the request, kept by
+        the caller for one score (a node that changed has most of its
+        GPUs as they were).
     """
     if want.exclusive:
         left = view.idle_gpus - want.nums
@@ -79,41 +108,48 @@ def fast_key(score: packing.Score, view: NodeView,
     wholes = bool(score.weights.wholes)
     idle, partial = view.idle_gpus, view.partial_free
     base = whole_fragment(idle, partial) if wholes else 0.0
+    #: the whole-GPU term by (share, idle GPU): alike for alike GPUs
+    whole_terms: dict[tuple[float, bool], float] = {}
     percent, asked = want.percent, want.mem
-    fitting: list[tuple[Key, int, float, float, bool, int]] = []
+    memo = {} if gpu_memo is None else gpu_memo
+    fitting: list[tuple[Key, int, float, float, bool]] = []
     for index, (sig, free) in enumerate(zip(view.signature, view.frees,
                                             strict=True)):
-        usable, free_mem, used_slots, count, devcore, devmem, unit = sig[:7]
-        if used_slots >= count:
+        part = memo.get((sig, percent, asked), _MISSING)
+        if part is _MISSING:
+            part = _share_part(share_fragment, sig, free, percent, asked)
+            memo[(sig, percent, asked)] = part
+        if part is None:
             continue
-        cus = _cus(percent, devcore, unit)
-        mem = asked or devmem
-        if usable < cus or free_mem < mem or mem > devmem:
-            continue
-        share, room = cus / devcore, mem / devmem
-        slot_after = used_slots + 1 < count
-        new_cus = max(0.0, free.cus - share)
-        cost = share_fragment(
-            new_cus, max(0.0, free.mem - room), slot_after,
-            max(0, free.mem_mib - mem) if free.mem_mib >= 0 else -1) - \
-            share_fragment(free.cus, free.mem, free.slot, free.mem_mib)
+        share, fragment = part
+        cost = fragment
         if wholes:
-            cost += (whole_fragment(idle - 1, partial + new_cus) if free.idle
-                     else whole_fragment(idle, partial - share)) - base
+            term = whole_terms.get((share, free.idle))
+            if term is None:
+                term = (whole_fragment(
+                    idle - 1, partial + max(0.0, free.cus - share))
+                    if free.idle
+                    else whole_fragment(idle, partial - share)) - base
+                whole_terms[(share, free.idle)] = term
+            cost += term
         fitting.append(((round(cost, 9), free.cus - share), index, share,
-                        room, slot_after, mem))
+                        fragment, free.idle))
     if len(fitting) < want.nums:
         return None
     if want.nums == 1:
         return min(fitting)[0]
+    # several shares: the cheapest GPUs, and the node's change as a whole
+    # (what packing.placement_cost gives for them)
     fitting.sort()
-    changes = {index: packing.after(view.frees[index], share, room, slot,
-                                    mem)
-               for _key, index, share, room, slot, mem
-               in fitting[:want.nums]}
-    cost = packing.placement_cost(score, view.frees, changes)
+    chosen = fitting[:want.nums]
+    cost = sum(item[3] for item in chosen)
+    if wholes:
+        taken_idle = sum(1 for item in chosen if item[4])
+        after = partial + sum(1.0 - item[2] if item[4] else -item[2]
+                              for item in chosen)
+        cost += whole_fragment(idle - taken_idle, max(0.0, after)) - base
     remaining = sum(f.cus for f in view.frees) - \
-        sum(item[2] for item in fitting[:want.nums])
+        sum(item[2] for item in chosen)
     return (round(cost, 9), remaining)
 
 
@@ -152,7 +188,9 @@ class KeyMemo:
     So a key computed under an earlier score stays in use, and each
     decision renews at most ``renew`` of them (the ones it meets first);
     "cannot hold it" never goes stale. At most ``size`` keys are kept, the
-    least recently computed dropped first.
+    least recently computed dropped first. What each GPU state takes of a
+    request is kept too, for the current score: a node that changed has
+    most of its GPUs as they were.
 
     :param size: keys kept.
     :param renew: stale keys recomputed per decision, at most.
@@ -165,6 +203,8 @@ class KeyMemo:
             tuple[Hashable, Hashable], tuple[int, Key | None]] = \
             collections.OrderedDict()
         self._score: packing.Score | None = None
+        #: fast_key's GPU memo, for the current score
+        self._gpus: dict[Hashable, Any] = {}
         self._generation = 0
         self._budget = 0
         #: keys computed, and stale keys used as they were (for tests)
@@ -179,6 +219,9 @@ class KeyMemo:
         if score is not self._score:
             self._score = score
             self._generation += 1
+            self._gpus = {}
+        elif len(self._gpus) > self.size:
+            self._gpus.clear()
         self._budget = self.renew
 
     def key(self, view: NodeView, want: ContainerRequest,
@@ -197,7 +240,7 @@ class KeyMemo:
                 self.stale_used += 1
                 return key
             self._budget -= 1
-        key = fast_key(self._score, view, want)
+        key = fast_key(self._score, view, want, self._gpus)
         self.computed += 1
         self._keys[memo] = (self._generation, key)
         self._keys.move_to_end(memo)
