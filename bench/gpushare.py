@@ -556,9 +556,8 @@ def main(argv: list[str]) -> int:
             '%5.2f' % (100 * (1 - o.allocated[x])) for x in LOADS))
     print()
     base = next((o for o in outcomes if o.name == 'hami'), None)
-    print('Decision time once %d %% was offered, ms (cpu: CPU time of '
-          'the thread; gc n: decisions a collection ran in)'
-          % round(NEAR_FULL * 100))
+    print('Decision time once %d %% was offered, ms (%s)'
+          % (round(NEAR_FULL * 100), _timing.LEGEND))
     print(_timing.header('policy'))
     for o in outcomes:
         print(_timing.row(o.name, o.clock))

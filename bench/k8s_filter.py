@@ -312,8 +312,7 @@ def time_decisions(cache: schedcache.ClusterCache, names: list[str],
         ours.close()
         first.close()
         gc.unfreeze()
-    print('  per decision, ms (cpu: CPU time of the thread; gc n: '
-          'decisions a collection ran in)')
+    print('  per decision, ms (%s)' % _timing.LEGEND)
     print('  ' + _timing.header())
     for label, clock in (('cache', ours), ('first-fit', first)):
         print('  ' + _timing.row(label, clock))
