@@ -52,6 +52,16 @@ class FileInputError(AmdgpuVirtError):
     msg_fmt = 'cannot read %(what)s %(path)s: %(reason)s'
 
 
+class UsageError(ConfigError):
+    """The command line is wrong (an option, an argument, a combination).
+
+    A :class:`ConfigError` so that code catching configuration errors
+    keeps catching it; the command line exits with its own status.
+    """
+
+    msg_fmt = 'Invalid command line: %(option)s: %(reason)s'
+
+
 # --- hardware model and catalog ----------------------------------------------
 
 class InvalidPciAddress(AmdgpuVirtError):

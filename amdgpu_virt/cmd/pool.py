@@ -20,6 +20,7 @@ from cliff import lister
 from amdgpu_virt import exception
 from amdgpu_virt import ledger as av_ledger
 from amdgpu_virt import yamlutil
+from amdgpu_virt.cmd import exitcodes
 from amdgpu_virt.cmd import main as av_main
 from amdgpu_virt.cmd import nova as cmd_nova
 from amdgpu_virt.cmd import sources as cmd_sources
@@ -31,23 +32,21 @@ from amdgpu_virt.pool import crossaudit
 from amdgpu_virt.pool import hostchange
 from amdgpu_virt.pool import move as pool_move
 
-#: exit statuses of ``audit`` and ``move`` (their help and the hybrid
-#: guide list them): 0 done / clean
-EXIT_OK = 0
+#: exit statuses of ``audit`` and ``move`` (the one table is
+#: :mod:`amdgpu_virt.cmd.exitcodes`; their help and the hybrid guide
+#: list them)
+EXIT_OK = exitcodes.OK
 #: ``move``: refused, the GPU is in use; ``audit``: a conflict (double
-#: booking); both: any other error (named on stderr)
-EXIT_REFUSED = 1
+#: booking)
+EXIT_REFUSED = exitcodes.REFUSED
 #: ``audit``: drift between the ledger and a side, no conflict
-EXIT_DRIFT = 3
+EXIT_DRIFT = exitcodes.DRIFT
 #: a side's API (Placement, Nova, Kubernetes) cannot be reached; nothing
 #: was changed (EX_UNAVAILABLE of sysexits.h)
-EXIT_UNREACHABLE = 69
+EXIT_UNREACHABLE = exitcodes.UNREACHABLE
 #: ``move`` exit status while it waits for a side or the host
 #: (EX_TEMPFAIL)
-EXIT_WAITING = 75
-#: the errors that mean "a side's API is unreachable"
-UNREACHABLE = (exception.ServiceUnreachable, exception.PlacementUnreachable,
-               exception.KubernetesUnavailable)
+EXIT_WAITING = exitcodes.WAITING
 
 
 def _load_ledger(path: str, inventories: sources.Inventories
@@ -279,21 +278,7 @@ def audit_summary(report: crossaudit.AuditReport,
                 counts['info']))
 
 
-class _Unreachable:
-    """``run`` that exits EXIT_UNREACHABLE, naming the API, when a side
-    cannot be reached."""
-
-    app: Any
-
-    def run(self, parsed_args: argparse.Namespace) -> int:
-        try:
-            return int(super().run(parsed_args))  # type: ignore[misc]
-        except UNREACHABLE as err:
-            self.app.stderr.write('error: %s\n' % err)
-            return EXIT_UNREACHABLE
-
-
-class Audit(_Unreachable, lister.Lister):
+class Audit(lister.Lister):
     """Check that no GPU is offered or used by both clouds.
 
     Compares the ledger, the hosts' inventories, Placement (Nova) and the
@@ -301,9 +286,11 @@ class Audit(_Unreachable, lister.Lister):
     Finding, Detail) in any -f format, with -c to choose columns; -f json
     or -f yaml without -c prints the whole report (counts, findings,
     warnings). Exit status: 0 consistent; 1 a conflict (a GPU offered or
-    used by both clouds) or another error; 3 drift only (a side differs
-    from the ledger, no conflict); 69 Placement, Nova or the Kubernetes
-    API unreachable (nothing audited).
+    used by both clouds); 3 drift only (a side differs from the ledger,
+    no conflict); 69 Placement, Nova or the Kubernetes API unreachable
+    (nothing audited); other errors as in amdgpu-virt --help (64 usage,
+    65 bad input, 66 missing input, 70 internal, 76 API error, 78
+    configuration).
     """
 
     conflicts = False
@@ -324,7 +311,7 @@ class Audit(_Unreachable, lister.Lister):
     def take_action(self, parsed_args: argparse.Namespace
                     ) -> tuple[Sequence[str], list[tuple[Any, ...]]]:
         if parsed_args.no_nova and parsed_args.no_k8s:
-            raise exception.ConfigError(
+            raise exception.UsageError(
                 option='--no-nova/--no-k8s',
                 reason='at least one side must be audited')
         ledger, inventories = _load_ledger(
@@ -383,13 +370,13 @@ class Audit(_Unreachable, lister.Lister):
 def parse_gpu(text: str) -> tuple[str, str]:
     """``HOST:ADDR`` -> (host, address text).
 
-    :raises PlanError: naming the option and the value.
+    :raises UsageError: naming the option and the value.
     """
     host, sep, address = text.partition(':')
     if not sep or not host or not address:
-        raise exception.PlanError(source='--gpu %s' % text,
-                                  reason='expected HOST:ADDR, e.g. '
-                                  'gim-0:0000:05:00.0')
+        raise exception.UsageError(option='--gpu %s' % text,
+                                   reason='expected HOST:ADDR, e.g. '
+                                   'gim-0:0000:05:00.0')
     return host, address
 
 
@@ -411,14 +398,16 @@ def target(old: av_ledger.GpuAssignment, args: argparse.Namespace,
     return new
 
 
-class Move(_Unreachable, command.Command):
+class Move(command.Command):
     """Change the role of one GPU safely: drain, withdraw, change, offer.
 
     Runs the steps that can run now and says where it waits; run it again
-    to continue. Exit status: 0 done; 1 refused (the GPU is in use) or
-    another error; 69 Placement, Nova or the Kubernetes API unreachable
-    (the step was not recorded: run again when it is back); 75 waiting for
-    a side or the host.
+    to continue. Exit status: 0 done; 1 refused (the GPU is in use, or
+    another move of it is recorded); 69 Placement, Nova or the Kubernetes
+    API unreachable (the step was not recorded: run again when it is
+    back); 75 waiting for a side or the host; other errors as in
+    amdgpu-virt --help (64 usage, 65 bad input, 66 missing input, 70
+    internal, 76 API error, 78 configuration).
     """
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:

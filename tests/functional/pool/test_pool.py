@@ -353,7 +353,7 @@ class TestAudit(PoolTestCase):
         av_ledger.save(broken, self.ledger_path)
         rc, stdout, stderr = self.run_cli(
             'audit', '--ledger', self.ledger_path, '--fleet', self.fleet)
-        self.assertEqual(1, rc)
+        self.assertEqual(65, rc)
         self.assertEqual('', stdout)
         self.assertIn('%s: host %s' % (self.ledger_path, self.vm_host),
                       stderr)
@@ -366,7 +366,7 @@ class TestAudit(PoolTestCase):
         av_ledger.save(missing, self.ledger_path)
         rc, _stdout, stderr = self.run_cli(
             'audit', '--ledger', self.ledger_path, '--fleet', self.fleet)
-        self.assertEqual(1, rc)
+        self.assertEqual(65, rc)
         self.assertIn('host %s GPU 0000:99:00.0' % self.k8s_host, stderr)
         self.assertIn('field address', stderr)
 
@@ -445,7 +445,7 @@ class TestApplyFlavors(PoolTestCase):
             a for a in self.ledger.assignments if a.host == self.k8s_host)
         av_ledger.save(only_pods, self.ledger_path)
         rc, _stdout, stderr = self.run_cli(*args)
-        self.assertEqual(1, rc)
+        self.assertEqual(78, rc)
         self.assertIn('amd-mi300x-cpx-vf', stderr)
 
 
@@ -726,7 +726,7 @@ class TestMoveLiveHost(PoolTestCase):
         shutil.rmtree(self.root)
         os.makedirs(self.root)
         rc, stdout, stderr = self.run_cli(*self.args)
-        self.assertEqual(1, rc, stdout)
+        self.assertEqual(66, rc, stdout)
         self.assertIn('No AMD GPU could be read from %s' % self.root, stderr)
         state = os.path.join(self.tmp, 'state', 'move-%s-0000-25-00.0.json'
                              % self.k8s_host)
@@ -753,7 +753,7 @@ class TestMoveLiveHost(PoolTestCase):
         with open(self.conf_file, 'a') as handle:
             handle.write('[inventory]\nhostname = elsewhere\n')
         rc, _stdout, stderr = self.run_cli(*self.args)
-        self.assertEqual(1, rc)
+        self.assertEqual(65, rc)
         self.assertIn('sysfs tree %s' % self.root, stderr)
         self.assertIn('it reads host elsewhere, not %s' % self.k8s_host,
                       stderr)
