@@ -205,6 +205,15 @@ class DevicePluginError(KubernetesError):
     msg_fmt = 'Device plugin for %(resource)s: %(reason)s'
 
 
+class LockHolderGone(DevicePluginError):
+    """The node lock names a pod that is gone (or replaced by a pod of
+    another UID under its name): an Allocate now is that pod's late one.
+
+    ``kwargs`` carry ``namespace``, ``name`` and ``uid`` (None when the
+    lock names no UID) of the holder.
+    """
+
+
 class UnknownDevice(DevicePluginError):
     msg_fmt = ('Device ID %(device)r in %(request)s is not one that the '
                'device plugin for %(resource)s offered')

@@ -95,7 +95,7 @@ def status_of(error: BaseException) -> int:
     """The exit status for ``error`` (:data:`SOFTWARE` for anything that
     is not one of the project's errors)."""
     for cls in type(error).__mro__:
-        status = BY_ERROR.get(cls)  # type: ignore[call-overload]
+        status = BY_ERROR.get(cls)
         if status is not None:
             return status
     return SOFTWARE

@@ -474,7 +474,7 @@ class Extender:
                     'scheduler' % (key, uid, node))
             self._binding(name, namespace, uid, node)
             return
-        self.locker.acquire(node, namespace, name)
+        self.locker.acquire(node, namespace, name, uid)
         try:
             pods.call('PATCH pod %s' % key, self.api.patch_namespaced_pod,
                       name, namespace, {'metadata': {'annotations': {

@@ -278,12 +278,41 @@ class NodeLockerTest(testtools.TestCase):
         for value in (
                 hami.encode_node_lock(hami.NodeLock(old, 'team', 'live')),
                 hami.format_rfc3339(old),
-                hami.encode_node_lock(hami.NodeLock(_now(), 'team',
-                                                    'gone'))):
+                hami.encode_node_lock(hami.NodeLock(old, 'team', 'gone'))):
             self._set(value)
-            self.locker.acquire('n1', 'team', 'p')
+            self.locker.acquire('n1', 'team', 'p', 'uid-p')
             self.assertTrue(hami.decode_node_lock(
                 self._lock() or '').held_by('team', 'p'), value)
+            self.assertEqual('uid-p', self.server.get_object(
+                'nodes', 'n1')['metadata']['annotations'][
+                    nodelock.LOCK_UID])
+
+    def test_the_lock_of_a_gone_pod_is_kept_until_it_expires(self) -> None:
+        # the pod may have been bound: its late Allocate must find the
+        # lock naming it, so that the device plugin refuses it instead of
+        # serving it the next pod's allocation
+        locker = nodelock.NodeLocker(self.cluster.api, wait=0.1, grace=0.01)
+        live = self.server.get_object('pods', 'live', 'team')
+        for holder, uid in (('gone', 'uid-gone'),
+                            # deleted and created again with the same name
+                            ('live', 'uid-of-the-old-live')):
+            self.cluster.api.patch_node('n1', {'metadata': {'annotations': {
+                hami.NODE_LOCK: hami.encode_node_lock(hami.NodeLock(
+                    _now() - datetime.timedelta(seconds=10), 'team',
+                    holder)),
+                nodelock.LOCK_UID: uid}}},
+                _content_type='application/merge-patch+json')
+            err = self.assertRaises(exception.NodeLockError, locker.acquire,
+                                    'n1', 'team', 'p', 'uid-p')
+            self.assertIn('held by team/%s' % holder, str(err))
+        # the lock with the live pod's own UID, unbound: stale after the
+        # grace (a failed bind whose release was lost)
+        self.cluster.api.patch_node('n1', {'metadata': {'annotations': {
+            nodelock.LOCK_UID: live['metadata']['uid']}}},
+            _content_type='application/merge-patch+json')
+        locker.acquire('n1', 'team', 'p', 'uid-p')
+        self.assertTrue(hami.decode_node_lock(self._lock() or '').held_by(
+            'team', 'p'))
 
 
 class SchedulerCommandTest(testtools.TestCase):
