@@ -57,6 +57,11 @@ class PoolTestCase(testtools.TestCase):
         self.conn = self.server.connection()
         self.seeder = placement_fixture.NovaLikeSeeder(self.conn)
         self.k8s = self.useFixture(kubeclient.ApiServerFixture())
+        self.make_hosts()
+
+    def make_hosts(self):
+        """Fresh hosts, ledger, snapshots and config file under
+        ``self.tmp`` (a test may call it again with another ``tmp``)."""
         tag = uuid.uuid4().hex[:8]
         self.vm_host = 'p%s-vm' % tag
         self.k8s_host = 'p%s-k8s' % tag
