@@ -108,6 +108,13 @@ class InterruptedMoveTest(test_pool.PoolTestCase):
 
     # -- one move, driven to the end ----------------------------------------
 
+    #: the move under test: (host attribute, new role)
+    host_attr, to = 'vm_host', 'k8s-shared'
+
+    @property
+    def host(self):
+        return getattr(self, self.host_attr)
+
     def _fresh(self, name):
         self.tmp = os.path.join(self.root, name)
         os.makedirs(self.tmp)
@@ -116,14 +123,18 @@ class InterruptedMoveTest(test_pool.PoolTestCase):
         with contextlib.suppress(rest.ApiException):
             self.k8s.api.delete_namespaced_config_map(LEDGER_MAP.name,
                                                       LEDGER_MAP.namespace)
+        self.prepare()
+
+    def prepare(self):
+        """What the cluster looks like before the move."""
 
     def _move(self):
         self.writes.armed = True
         try:
             return self.run_cli(
                 'move', '--ledger', self.ledger_path, '--gpu',
-                '%s:%s' % (self.vm_host, test_pool.GPU1), '--to',
-                'k8s-shared', '--snapshot-dir', self.snapshots,
+                '%s:%s' % (self.host, test_pool.GPU1), '--to', self.to,
+                '--snapshot-dir', self.snapshots,
                 '--state-dir', os.path.join(self.tmp, 'state'),
                 '--output-dir', os.path.join(self.tmp, 'out'))
         finally:
@@ -144,8 +155,8 @@ class InterruptedMoveTest(test_pool.PoolTestCase):
             if rc == 0:
                 # killed after the ledger was saved: the next run only
                 # closes the state file
-                self.assertTrue('is now k8s-shared' in stdout or
-                                'already has role k8s-shared' in stdout,
+                self.assertTrue('is now %s' % self.to in stdout or
+                                'already has role %s' % self.to in stdout,
                                 stdout)
                 return kills
             self.assertEqual(cmd_pool.EXIT_WAITING, rc, stdout + stderr)
@@ -177,15 +188,15 @@ class InterruptedMoveTest(test_pool.PoolTestCase):
                                  name != pool_apply.MANIFEST, path)
                 with open(path) as handle:
                     files[os.path.relpath(path, out).replace(
-                        self.vm_host, 'VM')] = handle.read().replace(
-                            self.vm_host, 'VM')
+                        self.host, 'HOST')] = handle.read().replace(
+                            self.host, 'HOST')
         state = os.path.join(self.tmp, 'state', 'move-%s-0000-25-00.0.json'
-                             % self.vm_host)
+                             % self.host)
         self.assertFalse(os.path.exists(state))
         self.assertTrue(os.path.exists(state + '.done'))
         return files
 
-    def _check_one_cloud(self):
+    def check_one_cloud(self):
         gpu0, gpu1 = test_pool.GPU0, test_pool.GPU1
         # Nova: the snippet offers GPU0's VFs only, Placement has no GPU1
         snippet = os.path.join(self.tmp, 'out', self.vm_host,
@@ -211,24 +222,24 @@ class InterruptedMoveTest(test_pool.PoolTestCase):
         before = self.writes.count
         rc, stdout, _stderr = self._move()
         self.assertEqual(0, rc, stdout)
-        self.assertIn('already has role k8s-shared', stdout)
+        self.assertIn('already has role %s' % self.to, stdout)
         self.assertEqual(before, self.writes.count, self.writes.log[before:])
 
-    def test_killed_at_every_write_then_resumed(self):
+    def _kill_at_every_write(self, expected):
+        """The clean move, then one killed at each write, before and
+        after it; :returns: the clean move's writes."""
         self._fresh('clean')
         self.assertEqual(0, self._drive())
         total = self.writes.count
-        reference = self._left()
-        self._check_one_cloud()
-        self._check_idempotent()
         log = self.writes.log[:total]
-        # the adapters' writes are all there: Nova files, the ConfigMap,
-        # the state file, the ledger, the final rename
-        self.assertIn('write amdgpu-virt-pci.conf', log)
-        self.assertTrue(any('configmaps' in w for w in log), log)
-        self.assertIn('write ledger.yaml', log)
+        for what in expected:
+            self.assertTrue(any(w.startswith(what) for w in log),
+                            (what, log))
         self.assertEqual('rename move-%s-0000-25-00.0.json.done'
-                         % self.vm_host, log[-1])
+                         % self.host, log[-1])
+        reference = self._left()
+        self.check_one_cloud()
+        self._check_idempotent()
         started = time.monotonic()
         for at in range(1, total + 1):
             for after in (False, True):
@@ -239,8 +250,47 @@ class InterruptedMoveTest(test_pool.PoolTestCase):
                 kills = self._drive()
                 self.assertEqual(1, kills, name)
                 self.assertEqual(reference, self._left(), name)
-                self._check_one_cloud()
+                self.check_one_cloud()
                 self._check_idempotent()
         # (a figure, not an assertion)
-        print('%d writes, each killed before and after: %d resumed moves '
-              'in %.1f s' % (total, 2 * total, time.monotonic() - started))
+        print('%s -> %s: %d writes, each killed before and after: %d '
+              'resumed moves in %.1f s' % (self.host_attr, self.to, total,
+                                           2 * total,
+                                           time.monotonic() - started))
+        return log
+
+    def test_killed_at_every_write_then_resumed(self):
+        # the Nova files, the ledger ConfigMap, the state file, the
+        # ledger, the final rename
+        self._kill_at_every_write([
+            'write amdgpu-virt-pci.conf', 'POST /v1/namespaces/kube-system/'
+            'configmaps', 'write move-', 'write ledger.yaml'])
+
+
+class InterruptedWithdrawalTest(InterruptedMoveTest):
+    """A GPU leaves Kubernetes: the ledger ConfigMap and the node
+    registration are the adapter's writes."""
+
+    host_attr, to = 'k8s_host', 'idle'
+
+    def prepare(self):
+        self.push_ledger()
+        self.assertEqual([test_pool.GPU0, test_pool.GPU1],
+                         self.run_agent(self.k8s_host))
+
+    def check_one_cloud(self):
+        gpu0, gpu1 = test_pool.GPU0, test_pool.GPU1
+        self.assertEqual([gpu0], self.registered(self.k8s_host))
+        stored = ledgermap.read(self.k8s.api, LEDGER_MAP)
+        self.assertEqual((gpu0,), ledgermap.k8s_gpus(stored, self.k8s_host))
+        moved = av_ledger.load(self.ledger_path)
+        self.assertEqual(Role.IDLE, moved.get(self.k8s_host, gpu1).role)
+        self.assertEqual(Role.K8S_SHARED,
+                         moved.get(self.k8s_host, gpu0).role)
+        # the node agent does not offer it again
+        self.assertEqual([gpu0], self.run_agent(self.k8s_host))
+
+    def test_killed_at_every_write_then_resumed(self):
+        self._kill_at_every_write([
+            'PUT /v1/namespaces/kube-system/configmaps',
+            'PATCH /v1/nodes/', 'write ledger.yaml'])
