@@ -21,6 +21,7 @@ from typing import Any
 
 from cliff import app
 from cliff import commandmanager
+from cliff import help
 from oslo_config import cfg
 
 from amdgpu_virt import conf as av_conf
@@ -137,6 +138,11 @@ class AmdgpuVirtApp(app.App):
                  else self.LOG.error)('error: %s', err)
                 return exitcodes.status_of(err)
             except Exception as err:
+                if isinstance(cmd, help.HelpCommand) and \
+                        isinstance(err, ValueError):
+                    # ``help <no such command>``
+                    self.LOG.error('error: %s; see amdgpu-virt --help', err)
+                    return exitcodes.USAGE
                 (self.LOG.exception if self.options.debug
                  else self.LOG.error)(
                     'internal error in %s: %s: %s (a bug; run again with '

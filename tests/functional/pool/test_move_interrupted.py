@@ -100,9 +100,9 @@ class InterruptedMoveTest(test_pool.PoolTestCase):
             'amdgpu_virt.fileutil.atomic_write', atomic_write))
         self.useFixture(fixtures.MonkeyPatch(
             'kubernetes.client.rest.RESTClientObject.request', request))
-        # the state file's rename when the move is done (cmd/pool's own)
+        # the state file's rename when the move is done (cmd/move's own)
         self.useFixture(fixtures.MonkeyPatch(
-            'amdgpu_virt.cmd.pool.os', types.SimpleNamespace(
+            'amdgpu_virt.cmd.move.os', types.SimpleNamespace(
                 path=os.path, makedirs=os.makedirs, replace=replace)))
         self.root = self.tmp
 

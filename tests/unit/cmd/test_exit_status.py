@@ -113,6 +113,7 @@ class TestConsoleScript(testtools.TestCase):
 
     def test_usage_errors_exit_64(self):
         self.assertFails(64, 'no-such-command', 'no-such-command')
+        self.assertFails(64, "Unknown command ['nope']", 'help', 'nope')
         self.assertFails(64, 'the following arguments are required: --gpu',
                          'move', '--ledger', 'l.yaml', '--to', 'idle')
         self.assertFails(64, "invalid int value: 'many'", 'move',

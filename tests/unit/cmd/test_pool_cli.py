@@ -16,7 +16,7 @@ from amdgpu_virt import exception
 from amdgpu_virt import ledger
 from amdgpu_virt import yamlutil
 from amdgpu_virt.cmd import main as av_main
-from amdgpu_virt.cmd import pool as cmd_pool
+from amdgpu_virt.cmd import move as cmd_move
 from amdgpu_virt.inventory import simulate
 from amdgpu_virt.inventory import sources
 from amdgpu_virt.model import Driver
@@ -107,8 +107,8 @@ class TestMoveArguments(testtools.TestCase):
 
     def test_parse_gpu(self):
         self.assertEqual(('gim-0', '0000:05:00.0'),
-                         cmd_pool.parse_gpu('gim-0:0000:05:00.0'))
-        err = self.assertRaises(exception.UsageError, cmd_pool.parse_gpu,
+                         cmd_move.parse_gpu('gim-0:0000:05:00.0'))
+        err = self.assertRaises(exception.UsageError, cmd_move.parse_gpu,
                                 'gim-0')
         self.assertIn('--gpu gim-0', str(err))
 
@@ -117,12 +117,12 @@ class TestMoveArguments(testtools.TestCase):
                                    Role.K8S_SHARED, 'MI300X')
         args = type('Args', (), dict(to='nova-vf', vf_count=None,
                                      compute_mode=None, memory_mode=None))
-        err = self.assertRaises(exception.PlanError, cmd_pool.target, old,
+        err = self.assertRaises(exception.PlanError, cmd_move.target, old,
                                 args, 'l')
         self.assertIn('vf_count', str(err))
         self.assertIn('--to nova-vf', str(err))
         args.vf_count = 8
-        self.assertEqual(8, cmd_pool.target(old, args, 'l').vf_count)
+        self.assertEqual(8, cmd_move.target(old, args, 'l').vf_count)
 
     def test_move_of_a_gpu_not_in_the_ledger(self):
         tmp = self.useFixture(fixtures.TempDir()).path
