@@ -41,9 +41,11 @@ class DraSlices(command.Command):
     Reads the host with the inventory driver ([inventory], or --sysfs-root
     / --snapshot) and the roles of its GPUs from --ledger: only GPUs whose
     role is k8s-dedicated or k8s-shared are published; without --ledger
-    every amdgpu-driven GPU is published whole. Reads [dra] driver_name,
-    partition_devices, memory_step_mib and, with --classes,
-    extended_resource_name. Prints YAML documents (resource.k8s.io/v1).
+    every amdgpu-driven GPU is published whole. Every device carries the
+    PCIe root complex read from the sysfs tree (not from a snapshot).
+    Reads [dra] driver_name, partition_devices, memory_step_mib,
+    slice_layout and, with --classes, extended_resource_name. Prints YAML
+    documents (resource.k8s.io/v1).
     """
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
@@ -68,6 +70,12 @@ class DraSlices(command.Command):
         parser.add_argument(
             '--generation', metavar='N', type=int, default=1,
             help='pool generation to write (default 1)')
+        parser.add_argument(
+            '--layout', choices=('mixed', 'separate'),
+            help='where counter sets go: "mixed" (beside the devices that '
+                 'consume them, Kubernetes 1.34) or "separate" (slices of '
+                 'their own, 1.35 and later). Default: [dra] slice_layout, '
+                 'and "separate" when that is "auto"')
         parser.add_argument(
             '--classes', action='store_true',
             help='also print the three DeviceClasses (whole GPU, partition, '
@@ -103,11 +111,20 @@ class DraSlices(command.Command):
                                   ', '.join(ledger.hosts) or 'none'))
             assignments = ledger.for_host(node)
         group = conf.dra
+        roots = None
+        if name is None:
+            from amdgpu_virt.inventory import sysfs
+            roots = sysfs.pcie_roots(conf.inventory.sysfs_root,
+                                     (g.address for g in found.gpus))
         plan = devices.plan(node, found, assignments,
-                            partition_devices=group.partition_devices)
+                            partition_devices=group.partition_devices,
+                            pcie_roots=roots)
+        layout = parsed_args.layout or group.slice_layout
         docs = slices.build(plan, group.driver_name,
                             generation=parsed_args.generation,
-                            memory_step_mib=group.memory_step_mib)
+                            memory_step_mib=group.memory_step_mib,
+                            layout=slices.Layout.MIXED if layout == 'mixed'
+                            else slices.Layout.SEPARATE)
         if parsed_args.classes:
             docs = classes.device_classes(
                 group.driver_name, group.extended_resource_name) + docs

@@ -123,6 +123,29 @@ Possible values:
 * true: (default) whole GPUs and their partitions
 * false: whole GPUs only
 """),
+    cfg.StrOpt('slice_layout', default='auto',
+               choices=[
+                   ('auto', 'by the API server\'s version (its /version '
+                    'endpoint, read before every publish): mixed below '
+                    '1.35, separate from 1.35 on'),
+                   ('mixed', 'each GPU\'s counter set in the slice of the '
+                    'devices that consume it: what Kubernetes 1.34 '
+                    'accepts'),
+                   ('separate', 'counter sets in slices of their own, '
+                    'devices in others: what Kubernetes 1.35 and later '
+                    'accept')],
+               help="""
+Where the shared counters of partitioned GPUs are published. Kubernetes
+1.34 looks up a device's counter set only in the device's own
+ResourceSlice; 1.35 and later refuse a slice that holds both devices and
+counter sets. When the layout changes (the API server was upgraded or
+downgraded, or this option changed), the node's slices of the other
+layout are deleted before the new ones are written.
+
+Related options:
+
+* partition_devices (without partitions there are no counters)
+"""),
     cfg.IntOpt('memory_step_mib', default=256, min=1, max=65536,
                help="""
 Granularity of the ``memory`` capacity of shared GPUs: the

@@ -40,8 +40,9 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import re
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 from oslo_config import cfg
@@ -675,6 +676,57 @@ class SysfsInventory(base.InventoryDriver):
             directory is missing or unreadable, or lists no AMD GPU).
         """
         return _Scan(self.root).scan(self.hostname)
+
+
+#: the directory below ``devices/`` that names a PCI host bridge (the
+#: root complex): ``pci<domain>:<bus>``
+_PCIE_ROOT = re.compile(r'^pci[0-9a-f]{4}:[0-9a-f]{2}$')
+
+
+def pcie_root(root: str, address: PciAddress) -> str:
+    """The PCIe root complex of a PCI function: ``pci<domain>:<bus>``.
+
+    ``bus/pci/devices/<bdf>`` links to the function's directory below
+    ``devices/``, whose first component is the host bridge the function
+    sits behind (``devices/pci0000:80/0000:80:01.1/.../0000:83:00.0``):
+    the value of Kubernetes' standard DRA attribute
+    ``resource.kubernetes.io/pcieRoot``, read the way its reference
+    implementation reads it.
+
+    :raises InventoryError: naming the link when it is missing or does not
+        lead to ``devices/pci<domain>:<bus>/.../<bdf>``.
+    """
+    name = str(address)
+    link = os.path.join(root, PCI_DEVICES, name)
+    try:
+        target = os.readlink(link)
+    except OSError as err:
+        raise exception.InventoryError(
+            source=link, reason='not a readable link (%s)' % (
+                err.strerror or err)) from None
+    full = os.path.normpath(os.path.join(os.path.dirname(link), target))
+    devices = os.path.join(os.path.normpath(root), 'devices') + os.sep
+    parts = full[len(devices):].split(os.sep) \
+        if full.startswith(devices) else []
+    if len(parts) < 2 or not _PCIE_ROOT.match(parts[0]) or \
+            parts[-1] != name:
+        raise exception.InventoryError(
+            source=link, reason='links to %r, not to devices/pci<domain>:'
+            '<bus>/.../%s' % (target[:200], name))
+    return parts[0]
+
+
+def pcie_roots(root: str, addresses: Iterable[PciAddress]
+               ) -> dict[PciAddress, str]:
+    """:func:`pcie_root` of each address that has one; the others are
+    logged and left out (their devices then carry no pcieRoot)."""
+    found = {}
+    for address in addresses:
+        try:
+            found[address] = pcie_root(root, address)
+        except exception.InventoryError as err:
+            LOG.warning('No PCIe root for %s: %s', address, err)
+    return found
 
 
 def device_number(root: str, device_class: str, name: str

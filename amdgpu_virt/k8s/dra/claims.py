@@ -28,6 +28,8 @@ _REQUEST = re.compile(r'^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?'
                       r'(/[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)?$')
 #: what kubelet may send as a claim UID (it names files)
 _UID = re.compile(r'^[A-Za-z0-9][A-Za-z0-9-]{0,63}$')
+#: a share's ID: the API server makes it a UUID; it names a CDI device
+_SHARE_ID = re.compile(r'^[0-9A-Fa-f][0-9A-Fa-f-]{0,63}$')
 #: a claim has at most 32 requests of at most 128 devices each
 MAX_RESULTS = 4096
 
@@ -146,8 +148,10 @@ def results(claim: Mapping[str, Any], uid: str, driver: str,
                         'publish (not ours, or withdrawn since)' % (
                             where, name, plan.node))
         share_id = result.get('shareID') or ''
-        if not isinstance(share_id, str) or len(share_id) > 64:
-            raise _fail(key, '%s.shareID is not a string' % where)
+        if not isinstance(share_id, str) or (
+                share_id and not _SHARE_ID.match(share_id)):
+            raise _fail(key, '%s.shareID %.100r is not a UUID (hex digits '
+                        'and "-", at most 64)' % (where, share_id))
         cus = mib = 0
         if device.shared:
             cus, mib = _share(key, where, result, device)

@@ -51,6 +51,8 @@ class DraDevice:
     :ivar partitions: indexes of the GPU's partitions the device stands for.
     :ivar counter_set: name of the GPU's counter set, when it consumes one.
     :ivar counters: counter name -> amount consumed.
+    :ivar pcie_root: the GPU's PCIe root complex (``pci0000:80``), when
+        known: the standard attribute ``resource.kubernetes.io/pcieRoot``.
     """
 
     name: str
@@ -64,6 +66,7 @@ class DraDevice:
     partition: int | None = None
     counter_set: str | None = None
     counters: tuple[tuple[str, int], ...] = ()
+    pcie_root: str | None = None
 
     @property
     def shared(self) -> bool:
@@ -173,7 +176,9 @@ def _gpu_devices(gpu: model.Gpu, role: Role, partition_devices: bool
 
 def plan(node: str, inventory: model.HostInventory,
          assignments: Iterable[GpuAssignment] | None = None,
-         partition_devices: bool = True) -> DevicePlan:
+         partition_devices: bool = True,
+         pcie_roots: Mapping[model.PciAddress, str] | None = None
+         ) -> DevicePlan:
     """The devices ``node`` publishes, in the order that packs best.
 
     The allocator tries devices in published order and keeps the first
@@ -187,6 +192,9 @@ def plan(node: str, inventory: model.HostInventory,
     3. shares, GPU by GPU in PCI order: first fit packs shares onto the
        fewest GPUs and leaves the rest free for large shares.
 
+    :param pcie_roots: PCI address -> PCIe root complex of the GPUs
+        (:func:`amdgpu_virt.inventory.sysfs.pcie_roots`); a GPU without
+        one publishes no ``pcieRoot``.
     :raises InventoryError: two devices would get the same name.
     """
     partitions: list[DraDevice] = []
@@ -195,6 +203,10 @@ def plan(node: str, inventory: model.HostInventory,
     counter_sets: list[CounterSet] = []
     for gpu, role in offered_roles(inventory, assignments):
         parts, whole, counters = _gpu_devices(gpu, role, partition_devices)
+        root = (pcie_roots or {}).get(gpu.address)
+        if root is not None:
+            parts = [dataclasses.replace(d, pcie_root=root) for d in parts]
+            whole = [dataclasses.replace(d, pcie_root=root) for d in whole]
         if role is Role.K8S_SHARED:
             shares.extend(parts)
         else:

@@ -119,13 +119,14 @@ def _dra_servicer(pb2: Any, base: type, with_share_id: bool) -> Any:
                                 claim.namespace, claim.name, claim.uid, err)
                     entry.error = str(err)
                     continue
-                for device in prepared.devices:
+                ids = cdi.device_ids(self.plugin.driver, claim.uid,
+                                     prepared)
+                for device, cdi_ids in zip(prepared.devices, ids,
+                                           strict=True):
                     fields = dict(
                         request_names=[device.request.split('/', 1)[0]],
                         pool_name=device.pool, device_name=device.device,
-                        cdi_device_ids=[cdi.qualified_name(
-                            self.plugin.driver, claim.uid,
-                            device.request.split('/', 1)[0])])
+                        cdi_device_ids=cdi_ids)
                     if with_share_id and device.share_id:
                         fields['share_id'] = device.share_id
                     entry.devices.append(pb2.Device(**fields))
@@ -161,6 +162,8 @@ class DraPlugin:
     :param ledger_source: where the role ledger is read; None: no ledger,
         every amdgpu-driven GPU is offered whole.
     :param health: health check per ROCr unit; default: all healthy.
+    :param pcie_roots: PCI address -> PCIe root complex of the GPUs (the
+        ``resource.kubernetes.io/pcieRoot`` attribute).
     """
 
     def __init__(self, inventory: model.HostInventory, node: str,
@@ -178,7 +181,9 @@ class DraPlugin:
                  library: str = hami.LD_AUDIT_LIBRARY,
                  health: dra_health.HealthCheck | None = None,
                  health_timeout: int = 90,
-                 interval: float = 30.0) -> None:
+                 interval: float = 30.0,
+                 pcie_roots: Mapping[model.PciAddress, str] | None = None
+                 ) -> None:
         self.inventory = inventory
         self.node = node
         self.claim_reader = claim_reader
@@ -197,6 +202,7 @@ class DraPlugin:
         self.publisher = publisher
         self.ledger_source = ledger_source
         self.partition_devices = partition_devices
+        self.pcie_roots = dict(pcie_roots or {})
         self.memory_step_mib = memory_step_mib
         self.strategy = strategy
         self.library = library
@@ -218,7 +224,8 @@ class DraPlugin:
     # what the node offers ---------------------------------------------------
     def _plan(self) -> dra_devices.DevicePlan:
         return dra_devices.plan(self.node, self.inventory, self.assignments,
-                                partition_devices=self.partition_devices)
+                                partition_devices=self.partition_devices,
+                                pcie_roots=self.pcie_roots)
 
     def read_ledger(self) -> None:
         """Read the role ledger; keep the last good one when it fails."""
@@ -278,7 +285,8 @@ class DraPlugin:
             edits = dra_prepare.container_edits(prepared, self.units,
                                                 self.library)
             cdi.write(self.cdi_dir, self.driver, uid,
-                      cdi.spec(self.driver, uid, edits, self.numbers))
+                      cdi.spec(self.driver, uid, prepared, edits,
+                               self.numbers))
             return prepared
 
     def unprepare(self, uid: str) -> None:
@@ -389,6 +397,7 @@ def from_conf(conf: Any, inventory: model.HostInventory) -> DraPlugin:
     """
     from kubernetes import client as k8s
 
+    from amdgpu_virt.inventory import sysfs
     from amdgpu_virt.k8s import client as k8s_client
     from amdgpu_virt.k8s import deviceplugin
 
@@ -411,8 +420,9 @@ def from_conf(conf: Any, inventory: model.HostInventory) -> DraPlugin:
         plugin_dir=group.plugin_dir, pod_uid=group.pod_uid,
         cdi_dir=group.cdi_dir, state_file=group.state_file,
         numbers=cdi.sysfs_numbers(conf.inventory.sysfs_root),
-        publisher=dra_publish.Publisher(resource_api, node,
-                                        group.driver_name),
+        publisher=dra_publish.Publisher(
+            resource_api, node, group.driver_name, group.slice_layout,
+            dra_publish.version_reader(api_client)),
         ledger_source=roles.source if roles is not None else None,
         partition_devices=group.partition_devices,
         memory_step_mib=group.memory_step_mib,
@@ -420,4 +430,6 @@ def from_conf(conf: Any, inventory: model.HostInventory) -> DraPlugin:
         library=conf.kubernetes.vgpu_library,
         health=deviceplugin.device_node_health(conf.kubernetes.device_root),
         health_timeout=group.health_timeout,
-        interval=group.publish_interval)
+        interval=group.publish_interval,
+        pcie_roots=sysfs.pcie_roots(conf.inventory.sysfs_root,
+                                    (g.address for g in inventory.gpus)))

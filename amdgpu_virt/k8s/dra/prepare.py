@@ -5,8 +5,16 @@ before, :func:`prepare` turns a claim's results into a
 :class:`~amdgpu_virt.k8s.dra.state.PreparedClaim` (for a share: CU ranges
 chosen by the project's CU allocator against the shares already prepared
 on that GPU partition, so two shares never overlap, also across
-restarts), and :func:`container_edits` into the environment, device nodes
-and mounts of each request.
+restarts), and :func:`container_edits` into the container edits of each
+device and of each request.
+
+A request's GPUs are numbered in result order (a whole partitioned GPU:
+all its partitions): the i-th is what ROCr shows as device i, because
+``ROCR_VISIBLE_DEVICES`` lists them in that order. What depends on the
+whole request (that list, ``HIP_VISIBLE_DEVICES``, ``HSA_CU_MASK``,
+``LD_AUDIT`` and its library, ``/dev/kfd``) is one set of edits per
+request; what belongs to one device (its DRM nodes, a share's
+``HIP_DEVICE_MEMORY_LIMIT_<i>``) is one set per device.
 """
 
 from __future__ import annotations
@@ -25,12 +33,26 @@ from amdgpu_virt.sharing import hami
 
 @dataclasses.dataclass(frozen=True)
 class Edits:
-    """The container edits of one request of a claim."""
+    """Container edits: of one device of a claim, or of one request.
+
+    :ivar request: the claim's request (``req`` of ``req/sub``).
+    :ivar device: index of the device in ``PreparedClaim.devices``; None
+        for the edits of the request.
+    """
 
     request: str
     env: tuple[tuple[str, str], ...]
     device_paths: tuple[str, ...]
     mounts: tuple[str, ...] = ()
+    device: int | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class ClaimEdits:
+    """Every device's edits (claim order) and every request's."""
+
+    devices: tuple[Edits, ...]
+    requests: tuple[Edits, ...]
 
 
 def _unit(units: Mapping[tuple[str, int], unit_devices.GpuUnit], gpu: str,
@@ -126,44 +148,49 @@ def prepare(uid: str, namespace: str, name: str,
 
 def container_edits(claim: dra_state.PreparedClaim,
                     units: Sequence[unit_devices.GpuUnit],
-                    library: str = hami.LD_AUDIT_LIBRARY
-                    ) -> tuple[Edits, ...]:
-    """The edits of each request of ``claim``, in request order.
+                    library: str = hami.LD_AUDIT_LIBRARY) -> ClaimEdits:
+    """The edits of each device and of each request of ``claim``.
 
-    A request's GPUs are numbered in result order (whole GPUs: all their
-    partitions); a share adds ``HSA_CU_MASK``,
-    ``HIP_DEVICE_MEMORY_LIMIT_<i>``, ``LD_AUDIT`` and the library mount.
+    :raises DraClaimError: a partition without a ROCr device.
     """
     by_unit = index_units(units)
     key = '%s/%s' % (claim.namespace, claim.name)
-    groups: dict[str, list[dra_state.PreparedDevice]] = {}
-    for device in claim.devices:
-        groups.setdefault(device.request.split('/', 1)[0], []).append(device)
-    edits = []
+    groups: dict[str, list[int]] = {}
+    for index, device in enumerate(claim.devices):
+        groups.setdefault(device.request.split('/', 1)[0], []).append(index)
+    per_device: dict[int, Edits] = {}
+    requests = []
     for request, members in groups.items():
         chosen: list[unit_devices.GpuUnit] = []
         masks: dict[int, int] = {}
-        limits: dict[int, int] = {}
-        for device in members:
+        for index in members:
+            device = claim.devices[index]
             part_masks = dict(device.masks)
+            paths: list[str] = []
+            env: list[tuple[str, str]] = []
             for part in device.partitions:
                 unit = _unit(by_unit, device.gpu, part, key)
                 if part in part_masks:
                     masks[len(chosen)] = part_masks[part]
-                    limits[len(chosen)] = device.memory_mib
+                    env.append(('%s_%d' % (hami.ENV_HIP_DEVICE_MEMORY_LIMIT,
+                                           len(chosen)),
+                                '%dm' % device.memory_mib))
                 chosen.append(unit)
+                paths.extend((unit.card_path, unit.render_path))
+            per_device[index] = Edits(request=request, env=tuple(env),
+                                      device_paths=tuple(paths),
+                                      device=index)
         base = unit_devices.allocation_for(chosen)
         env = list(base.envs)
         mounts: tuple[str, ...] = ()
         if masks:
             env.append((hami.ENV_HSA_CU_MASK,
                         cumask.encode_hsa_cu_mask(masks)))
-            env.extend(('%s_%d' % (hami.ENV_HIP_DEVICE_MEMORY_LIMIT, i),
-                        '%dm' % mib) for i, mib in sorted(limits.items()))
             env.append((hami.ENV_LD_AUDIT, library))
             mounts = (library,)
-        edits.append(Edits(request=request, env=tuple(env),
-                           device_paths=tuple(n.host_path
-                                              for n in base.devices),
-                           mounts=mounts))
-    return tuple(edits)
+        requests.append(Edits(request=request, env=tuple(env),
+                              device_paths=(unit_devices.KFD_PATH,),
+                              mounts=mounts))
+    return ClaimEdits(devices=tuple(per_device[i] for i in
+                                    range(len(claim.devices))),
+                      requests=tuple(requests))

@@ -1,11 +1,20 @@
 """ResourceSlices (resource.k8s.io/v1) of one node: pure.
 
-The pool is the node (pool name = node name). Slices respect the API's
-limits: at most 128 devices per slice, 64 when any device of the slice
-consumes counters; counter sets live in slices of their own (the only
-layout Kubernetes 1.35 and later accept), at most 8 per slice.
-``resourceSliceCount`` counts every slice of the pool, counter slices
-included, and every slice carries the same ``generation``.
+The pool is the node (pool name = node name). ``resourceSliceCount``
+counts every slice of the pool, counter slices included, and every slice
+carries the same ``generation``. Where the counter sets of partitioned
+GPUs go depends on the API server (:class:`Layout`):
+
+* ``separate`` (Kubernetes 1.35 and later, the only layout they accept):
+  counter sets in slices of their own (at most 8 per slice), devices in
+  others, at most 128 devices per slice, 64 when any device of the slice
+  consumes counters;
+* ``mixed`` (Kubernetes 1.34, which resolves a device's ``counterSet``
+  only in its own slice): each counter set in the slice of the devices
+  that consume it, at most 128 devices, 32 counters over all counter sets
+  and 1024 consumed counters per slice (1.34's limits). All devices go in
+  one slice when they fit, so the publishing order is the same as in the
+  separate layout.
 
 Slice names are ``<node>-<driver>-<NN>``: the allocator reads the slices
 of a pool sorted by name, so the index keeps the publishing order of
@@ -14,10 +23,12 @@ of a pool sorted by name, so the index keeps the publishing order of
 
 from __future__ import annotations
 
+import enum
 import hashlib
 from collections.abc import Sequence
 from typing import Any
 
+from amdgpu_virt import exception
 from amdgpu_virt.k8s.dra import devices as dra_devices
 from amdgpu_virt.k8s.dra.devices import DeviceType, DraDevice
 
@@ -25,11 +36,48 @@ API_VERSION = 'resource.k8s.io/v1'
 MAX_DEVICES = 128
 MAX_DEVICES_WITH_COUNTERS = 64
 MAX_COUNTER_SETS = 8
-#: standard attribute of the deviceattribute package
+#: Kubernetes 1.34's limits of a slice: counters over all counter sets,
+#: and counters consumed over all devices
+MAX_SHARED_COUNTERS_1_34 = 32
+MAX_CONSUMED_COUNTERS_1_34 = 1024
+#: the first release that keeps counter sets out of device slices
+SEPARATE_SINCE = (1, 35)
+#: standard attributes of the deviceattribute package: the PCI address
+#: (Kubernetes 1.35+) and the PCIe root complex, ``pci<domain>:<bus>``
+#: (1.34+), which claims match across drivers to align a GPU with a NIC
 PCI_BUS_ID = 'resource.kubernetes.io/pciBusID'
+PCIE_ROOT = 'resource.kubernetes.io/pcieRoot'
 MANAGED_LABEL = 'app.kubernetes.io/managed-by'
 MANAGER = 'amdgpu-virt'
 MAX_NAME = 253
+
+
+class Layout(str, enum.Enum):  # noqa: UP042 (str() stays Enum-style)
+    """Where the counter sets of a pool go."""
+
+    MIXED = 'mixed'
+    SEPARATE = 'separate'
+
+
+def layout_for(version: tuple[int, int]) -> Layout:
+    """The layout an API server of ``(major, minor)`` accepts."""
+    return Layout.SEPARATE if version >= SEPARATE_SINCE else Layout.MIXED
+
+
+def layout_of(slices: Sequence[dict[str, Any]]) -> Layout | None:
+    """The layout of stored slices; None when none holds counters.
+
+    :returns: MIXED when a slice holds devices and counter sets, SEPARATE
+        when one holds counter sets only.
+    """
+    found = None
+    for obj in slices:
+        spec = obj.get('spec') or {}
+        if spec.get('sharedCounters'):
+            if spec.get('devices'):
+                return Layout.MIXED
+            found = Layout.SEPARATE
+    return found
 
 
 def _mi(mib: int) -> str:
@@ -59,6 +107,8 @@ def _attributes(device: DraDevice) -> dict[str, Any]:
         'role': {'string': device.role.value},
         'cuUnit': {'int': device.cu_unit},
     }
+    if device.pcie_root:
+        attrs[PCIE_ROOT] = {'string': device.pcie_root}
     if gpu.model.gfx:
         attrs['gfx'] = {'string': gpu.model.gfx}
     if gpu.numa_node is not None and gpu.numa_node >= 0:
@@ -133,12 +183,14 @@ def _chunks(devices: Sequence[DraDevice]) -> list[list[DraDevice]]:
     return chunks
 
 
-def build(plan: dra_devices.DevicePlan, driver: str, generation: int = 1,
-          memory_step_mib: int = 256) -> list[dict[str, Any]]:
-    """The ResourceSlices of ``plan``'s node, in name order.
+def _counter_set(counter_set: dra_devices.CounterSet) -> dict[str, Any]:
+    return {'name': counter_set.name,
+            'counters': {name: {'value': _counter_value(name, value)}
+                         for name, value in counter_set.counters}}
 
-    A node that offers nothing has no slice at all.
-    """
+
+def _separate(plan: dra_devices.DevicePlan, memory_step_mib: int
+              ) -> list[dict[str, Any]]:
     specs: list[dict[str, Any]] = []
     for chunk in _chunks(plan.devices):
         specs.append({'devices': [device_object(d, memory_step_mib)
@@ -146,10 +198,88 @@ def build(plan: dra_devices.DevicePlan, driver: str, generation: int = 1,
     sets = list(plan.counter_sets)
     for start in range(0, len(sets), MAX_COUNTER_SETS):
         specs.append({'sharedCounters': [
-            {'name': cs.name,
-             'counters': {name: {'value': _counter_value(name, value)}
-                          for name, value in cs.counters}}
-            for cs in sets[start:start + MAX_COUNTER_SETS]]})
+            _counter_set(cs) for cs in sets[start:start + MAX_COUNTER_SETS]]})
+    return specs
+
+
+class _Group:
+    """The devices and counter sets of one mixed slice."""
+
+    def __init__(self) -> None:
+        self.sets: list[dra_devices.CounterSet] = []
+        self.devices: list[int] = []
+        self.counters = 0
+        self.consumed = 0
+
+    def fits(self, counter_set: dra_devices.CounterSet | None,
+             devices: Sequence[tuple[int, DraDevice]]) -> bool:
+        counters = len(counter_set.counters) if counter_set else 0
+        return (len(self.devices) + len(devices) <= MAX_DEVICES
+                and self.counters + counters <= MAX_SHARED_COUNTERS_1_34
+                and self.consumed + sum(len(d.counters) for _i, d in devices)
+                <= MAX_CONSUMED_COUNTERS_1_34)
+
+    def add(self, counter_set: dra_devices.CounterSet | None,
+            devices: Sequence[tuple[int, DraDevice]]) -> None:
+        if counter_set is not None:
+            self.sets.append(counter_set)
+            self.counters += len(counter_set.counters)
+        self.devices.extend(i for i, _d in devices)
+        self.consumed += sum(len(d.counters) for _i, d in devices)
+
+
+def _mixed(plan: dra_devices.DevicePlan, memory_step_mib: int
+           ) -> list[dict[str, Any]]:
+    """Each counter set with the devices that consume it, in few slices;
+    devices keep their publishing order within a slice.
+
+    :raises InventoryError: one GPU's devices exceed 1.34's slice limits.
+    """
+    indexed = list(enumerate(plan.devices))
+    groups: list[_Group] = [_Group()]
+    for counter_set in plan.counter_sets:
+        members = [(i, d) for i, d in indexed
+                   if d.counter_set == counter_set.name]
+        if not groups[-1].fits(counter_set, members):
+            groups.append(_Group())
+            if not groups[-1].fits(counter_set, members):
+                raise exception.InventoryError(
+                    source=plan.node, reason='GPU %s needs %d devices and '
+                    '%d counters, more than one Kubernetes 1.34 '
+                    'ResourceSlice holds' % (counter_set.name, len(members),
+                                             len(counter_set.counters)))
+        groups[-1].add(counter_set, members)
+    for item in indexed:
+        if item[1].counter_set is None:
+            if not groups[-1].fits(None, [item]):
+                groups.append(_Group())
+            groups[-1].add(None, [item])
+    specs: list[dict[str, Any]] = []
+    for group in groups:
+        if not group.devices:
+            continue
+        spec: dict[str, Any] = {'devices': [
+            device_object(plan.devices[i], memory_step_mib)
+            for i in sorted(group.devices)]}
+        if group.sets:
+            spec['sharedCounters'] = [_counter_set(cs) for cs in group.sets]
+        specs.append(spec)
+    return specs
+
+
+def build(plan: dra_devices.DevicePlan, driver: str, generation: int = 1,
+          memory_step_mib: int = 256,
+          layout: Layout = Layout.SEPARATE) -> list[dict[str, Any]]:
+    """The ResourceSlices of ``plan``'s node, in name order.
+
+    A node that offers nothing has no slice at all.
+
+    :raises InventoryError: the mixed layout cannot hold a GPU.
+    """
+    if layout is Layout.MIXED:
+        specs = _mixed(plan, memory_step_mib)
+    else:
+        specs = _separate(plan, memory_step_mib)
     prefix = slice_prefix(plan.node, driver)
     result = []
     for index, extra in enumerate(specs):
@@ -191,5 +321,6 @@ def render_yaml(inventory: Any, ledger: Any, host: str, driver: str,
             yaml.safe_dump_all(docs, sort_keys=False))
 
 
-__all__ = ['API_VERSION', 'DeviceType', 'build', 'device_object',
-           'device_types', 'render_yaml', 'slice_prefix']
+__all__ = ['API_VERSION', 'DeviceType', 'Layout', 'build', 'device_object',
+           'device_types', 'layout_for', 'layout_of', 'render_yaml',
+           'slice_prefix']

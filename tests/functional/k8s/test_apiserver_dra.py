@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 
 import testtools
+from kubernetes import client
 from kubernetes.client import exceptions
 
 from tests.functional.fixtures import kubeclient
@@ -119,3 +120,128 @@ class TestDraResources(testtools.TestCase):
         got = _raw(self.api.list_device_class(_preload_content=False))
         self.assertEqual(['gpu.amd.com'], [c['metadata']['name']
                                            for c in got['items']])
+
+
+def _counter_set(name, counters=('xcds', 'memory')):
+    return {'name': name, 'counters': {c: {'value': '8'} for c in counters}}
+
+
+def _consumer(name, counter_set, counters=('xcds',)):
+    return {'name': name, 'consumesCounters': [{
+        'counterSet': counter_set,
+        'counters': {c: {'value': '1'} for c in counters}}]}
+
+
+class TestVersions(testtools.TestCase):
+    """``/version`` and the ResourceSlice rules of the release it says."""
+
+    def server(self, version):
+        k8s = self.useFixture(kubeclient.ApiServerFixture(version=version))
+        return k8s, k8s.resource
+
+    def test_version_answers_what_it_was_told(self):
+        for version in ((1, 34), (1, 35), (1, 37)):
+            k8s, _api = self.server(version)
+            info = client.VersionApi(k8s.api_client).get_code()
+            self.assertEqual(('1', str(version[1])), (info.major,
+                                                      info.minor))
+            self.assertEqual('v1.%d.0-standin' % version[1],
+                             info.git_version)
+        # and it may be upgraded while it serves
+        k8s.server.store.version = (1, 38)
+        self.assertEqual('38', client.VersionApi(
+            k8s.api_client).get_code().minor)
+
+    def test_the_default_is_1_36(self):
+        k8s = self.useFixture(kubeclient.ApiServerFixture())
+        self.assertEqual('36', client.VersionApi(
+            k8s.api_client).get_code().minor)
+
+    def test_1_34_accepts_devices_with_their_counters(self):
+        _k8s, api = self.server((1, 34))
+        stored = _raw(api.create_resource_slice(_slice(
+            'a', devices=[_consumer('d', 'c')],
+            sharedCounters=[_counter_set('c')]), _preload_content=False))
+        self.assertEqual('c', stored['spec']['sharedCounters'][0]['name'])
+
+    def test_1_34_resolves_counter_sets_in_the_same_slice_only(self):
+        _k8s, api = self.server((1, 34))
+        api.create_resource_slice(_slice('counters', sharedCounters=[
+            _counter_set('c')]))
+        for body, words in (
+                (_slice('a', devices=[_consumer('d', 'c')]),
+                 "'c': must reference a counterSet"),
+                (_slice('b', devices=[_consumer('d', 'c', ('cus',))],
+                        sharedCounters=[_counter_set('c')]),
+                 "'cus': must reference a counter")):
+            err = self.assertRaises(exceptions.ApiException,
+                                    api.create_resource_slice, body)
+            self.assertEqual(422, err.status)
+            self.assertIn(words, err.body)
+
+    def test_1_34_counter_limits(self):
+        _k8s, api = self.server((1, 34))
+        # 32 counters over all sets fit, 33 do not
+        sets = [_counter_set('c%d' % n, ('a', 'b')) for n in range(16)]
+        api.create_resource_slice(_slice('ok', sharedCounters=sets))
+        err = self.assertRaises(
+            exceptions.ApiException, api.create_resource_slice,
+            _slice('big', sharedCounters=sets + [_counter_set('x', ('a',))]))
+        self.assertIn('must not exceed 32', err.body)
+        # 1024 consumed counters fit, 1025 do not
+        many = tuple('k%d' % n for n in range(32))
+        devices = [_consumer('d%d' % n, 'c', many) for n in range(32)]
+        api.create_resource_slice(_slice('full', devices=devices,
+                                         sharedCounters=[
+                                             _counter_set('c', many)]))
+        devices.append(_consumer('d32', 'c', many[:1]))
+        err = self.assertRaises(exceptions.ApiException,
+                                api.create_resource_slice, _slice(
+                                    'over', devices=devices,
+                                    sharedCounters=[_counter_set('c', many)]))
+        self.assertIn('must not exceed 1024', err.body)
+        # 128 devices per slice, with counters or not
+        api.create_resource_slice(_slice('d', devices=[
+            _consumer('d%d' % n, 'c') for n in range(128)],
+            sharedCounters=[_counter_set('c')]))
+
+    def test_1_35_limits(self):
+        _k8s, api = self.server((1, 35))
+        err = self.assertRaises(exceptions.ApiException,
+                                api.create_resource_slice, _slice(
+                                    'a', devices=[_consumer('d', 'c')],
+                                    sharedCounters=[_counter_set('c')]))
+        self.assertIn('only one of', err.body)
+        # devices may use counter sets of another slice of the pool
+        api.create_resource_slice(_slice('c', sharedCounters=[
+            _counter_set('c%d' % n) for n in range(8)]))
+        api.create_resource_slice(_slice('d', devices=[
+            _consumer('d%d' % n, 'c0') for n in range(64)]))
+        for body, words in (
+                (_slice('e', devices=[_consumer('d%d' % n, 'c0')
+                                      for n in range(65)]),
+                 'at most 64'),
+                (_slice('f', devices=[{'name': 'd%d' % n}
+                                      for n in range(129)]),
+                 'at most 128'),
+                (_slice('g', sharedCounters=[_counter_set('c%d' % n)
+                                             for n in range(9)]),
+                 'at most 8')):
+            err = self.assertRaises(exceptions.ApiException,
+                                    api.create_resource_slice, body)
+            self.assertEqual(422, err.status)
+            self.assertIn(words, err.body)
+        api.create_resource_slice(_slice('h', devices=[
+            {'name': 'd%d' % n} for n in range(128)]))
+
+    def test_an_upgrade_refuses_the_old_layout_on_update(self):
+        k8s, api = self.server((1, 34))
+        made = _raw(api.create_resource_slice(_slice(
+            'a', devices=[_consumer('d', 'c')],
+            sharedCounters=[_counter_set('c')]), _preload_content=False))
+        k8s.server.store.version = (1, 35)
+        err = self.assertRaises(exceptions.ApiException,
+                                api.replace_resource_slice, 'a', made)
+        self.assertEqual(422, err.status)
+        # deleting it is always possible
+        api.delete_resource_slice('a')

@@ -27,6 +27,7 @@ from amdgpu_virt.k8s.dra import classes
 from amdgpu_virt.k8s.dra import devices as dra_devices
 from amdgpu_virt.model import Role
 from amdgpu_virt.sharing import cumask
+from tests.functional.fixtures import cdiruntime
 from tests.functional.fixtures import draallocator as da
 from tests.functional.fixtures import drakubelet
 from tests.functional.fixtures import kubeclient
@@ -48,12 +49,15 @@ def _raw(response):
 class DraNode(fixtures.Fixture):
     """API server, simulated node, kubelet stand-in and the plugin."""
 
-    def __init__(self, pod_uid=''):
+    def __init__(self, pod_uid='', version=(1, 36), dra=None):
         super().__init__()
         self.pod_uid = pod_uid
+        self.version = version
+        self.dra = dict(dra or {})
 
     def _setUp(self):
-        self.k8s = self.useFixture(kubeclient.ApiServerFixture())
+        self.k8s = self.useFixture(kubeclient.ApiServerFixture(
+            version=self.version))
         self.k8s.api.create_namespace({'metadata': {'name': 'default'}})
         self.k8s.api.create_namespace({'metadata': {'name': 'team'}})
         host = self.useFixture(inv_fixtures.SimulatedHost(
@@ -103,7 +107,8 @@ class DraNode(fixtures.Fixture):
             'dra': {'registration_dir': self.registration_dir,
                     'plugin_dir': os.path.join(self.tmp, 'plugin'),
                     'cdi_dir': os.path.join(self.tmp, 'cdi'),
-                    'pod_uid': self.pod_uid, 'publish_interval': 1},
+                    'pod_uid': self.pod_uid, 'publish_interval': 1,
+                    **self.dra},
         }.items():
             for name, value in values.items():
                 conf.set_override(name, value, group=group)
@@ -166,9 +171,11 @@ class DraNode(fixtures.Fixture):
             return json.load(handle)
 
 
+container_of = cdiruntime.inject_all
+
+
 def env_of(spec):
-    return dict(e.split('=', 1) for e in
-                spec['devices'][0]['containerEdits']['env'])
+    return container_of(spec).env
 
 
 def share_request(cus='76', memory='48Gi'):
@@ -255,6 +262,15 @@ class TestEndToEnd(testtools.TestCase):
                 for d in s['spec'].get('devices', [])}
         inv = self.node.inventory.gpus
         self.assertEqual({str(inv[i].address) for i in (0, 1, 5, 6)}, gpus)
+        # every device says which PCIe root complex its GPU sits behind,
+        # as read from the node's sysfs tree
+        roots = {(d['attributes']['pciAddress']['string'],
+                  d['attributes']['resource.kubernetes.io/pcieRoot'][
+                      'string'])
+                 for s in objs for d in s['spec'].get('devices', [])}
+        self.assertEqual({(str(inv[i].address),
+                           'pci0000:%02x' % (inv[i].address.bus & 0xe0))
+                          for i in (0, 1, 5, 6)}, roots)
         # nothing changed: a second publish writes nothing
         before = len(self.node.k8s.server.requests)
         self.assertFalse(self.node.plugin.refresh())
@@ -278,8 +294,13 @@ class TestEndToEnd(testtools.TestCase):
             self.assertEqual(result['device'], device.device_name)
             request = result['request']
             self.assertEqual([request], list(device.request_names))
-            self.assertEqual(['k8s.gpu.amd.com/gpu=%s-%s' % (
-                claim['metadata']['uid'], request)],
+            name = '%s-%s' % (claim['metadata']['uid'], result['device'])
+            if result.get('shareID'):
+                name += '-' + result['shareID']
+            self.assertEqual([
+                'k8s.gpu.amd.com/gpu=' + name,
+                'k8s.gpu.amd.com/gpu=%s-req-%s' % (claim['metadata']['uid'],
+                                                   request)],
                 list(device.cdi_device_ids))
         share_id = responses[share['metadata']['uid']].devices[0].share_id
         self.assertEqual(share['status']['allocation']['devices'][
@@ -287,8 +308,7 @@ class TestEndToEnd(testtools.TestCase):
         # the whole GPU is all 8 partitions of the last k8s-dedicated GPU
         env = env_of(node.spec(whole))
         self.assertEqual(8, len(env['ROCR_VISIBLE_DEVICES'].split(',')))
-        self.assertEqual(17, len(node.spec(whole)['devices'][0][
-            'containerEdits']['deviceNodes']))
+        self.assertEqual(17, len(container_of(node.spec(whole)).devices))
         env = env_of(node.spec(share))
         mask = cumask.parse_hsa_cu_mask(env['HSA_CU_MASK'], 76)
         self.assertEqual(76, bin(mask.mask_for(0)).count('1'))
@@ -396,6 +416,263 @@ class TestEndToEnd(testtools.TestCase):
         self.assertEqual([], node.slices())
 
 
+def all_of(name, device_class, selectors=()):
+    """A request for every matching device (allocationMode All)."""
+    request = da.request(name, device_class, selectors=selectors)
+    request['exactly'].pop('count')
+    request['exactly']['allocationMode'] = 'All'
+    return request
+
+
+class TestCdiPerDevice(testtools.TestCase):
+    """One CDI device per claim device, one per request, as kubelet and
+    the runtime use them: kubelet gives a container the ids of every
+    device of its requests, the runtime resolves them in the spec."""
+
+    def setUp(self):
+        super().setUp()
+        self.node = self.useFixture(DraNode())
+        self.units = {(u.gpu_address, u.partition): u
+                      for u in self.node.plugin.units}
+
+    def prepared(self, claim):
+        entry = self.node.prepare(claim)[claim['metadata']['uid']]
+        self.assertEqual('', entry.error)
+        return entry
+
+    def container(self, claim, entry, request=''):
+        return cdiruntime.inject([self.node.spec(claim)],
+                                 drakubelet.container_cdi_ids(entry, request))
+
+    def results(self, claim):
+        return claim['status']['allocation']['devices']['results']
+
+    def test_every_device_of_a_counted_request_has_its_own_cdi_device(self):
+        claim = self.node.allocate('c', [da.request(
+            'p', 'partition.' + DRIVER, count=3)])
+        entry = self.prepared(claim)
+        uid = claim['metadata']['uid']
+        self.assertEqual([r['device'] for r in self.results(claim)],
+                         [d.device_name for d in entry.devices])
+        own = [list(d.cdi_device_ids)[0] for d in entry.devices]
+        self.assertEqual(['k8s.gpu.amd.com/gpu=%s-%s' % (uid, r['device'])
+                          for r in self.results(claim)], own)
+        # the request's edits come once, with the first device
+        self.assertEqual([2, 1, 1], [len(d.cdi_device_ids)
+                                     for d in entry.devices])
+        got = self.container(claim, entry, 'p')
+        self.assertEqual([], got.clashes)
+        state = self.node.plugin.state.load()[uid]
+        units = [self.units[(d.gpu, d.partitions[0])] for d in state.devices]
+        want = {'/dev/kfd': (237, 0)}
+        for unit in units:
+            want[unit.card_path] = (226, unit.card_minor)
+            want[unit.render_path] = (226, unit.render_minor)
+        self.assertEqual(want, got.devices)
+        self.assertEqual(','.join(u.rocr_id for u in units),
+                         got.env['ROCR_VISIBLE_DEVICES'])
+        self.assertEqual('0,1,2', got.env['HIP_VISIBLE_DEVICES'])
+        # a CDI device holds exactly its device's nodes
+        spec = {d['name']: d for d in self.node.spec(claim)['devices']}
+        for result, unit in zip(self.results(claim), units, strict=True):
+            nodes = spec['%s-%s' % (uid, result['device'])][
+                'containerEdits']['deviceNodes']
+            self.assertEqual({unit.card_path, unit.render_path},
+                             {n['path'] for n in nodes})
+
+    def test_allocation_mode_all_of_one_gpu(self):
+        gpu = self.node.inventory.gpus[0]
+        claim = self.node.allocate('c', [all_of(
+            'p', 'partition.' + DRIVER, selectors=[
+                'device.attributes["%s"].pciAddress == "%s"' % (
+                    DRIVER, gpu.address)])])
+        entry = self.prepared(claim)
+        self.assertEqual(len(gpu.partitions), len(entry.devices))
+        got = self.container(claim, entry, 'p')
+        self.assertEqual([], got.clashes)
+        self.assertEqual(1 + 2 * len(gpu.partitions), len(got.devices))
+        self.assertEqual(len(gpu.partitions), len(got.env[
+            'ROCR_VISIBLE_DEVICES'].split(',')))
+
+    def test_two_shares_in_one_request(self):
+        claim = self.node.allocate('c', [da.request(
+            's', 'share.' + DRIVER, count=2,
+            capacity={'computeUnits': '12', 'memory': '2Gi'})])
+        entry = self.prepared(claim)
+        self.assertEqual(2, len(entry.devices))
+        got = self.container(claim, entry, 's')
+        self.assertEqual([], got.clashes)
+        mask = cumask.parse_hsa_cu_mask(got.env['HSA_CU_MASK'], 38)
+        for index in (0, 1):
+            self.assertEqual(12, bin(mask.mask_for(index)).count('1'))
+            self.assertEqual('2048m', got.env[
+                'HIP_DEVICE_MEMORY_LIMIT_%d' % index])
+        self.assertEqual(hami_library(), got.env['LD_AUDIT'])
+        self.assertEqual([hami_library()], list(got.mounts))
+        # each share's CDI device carries its own limit and its shareID
+        uid = claim['metadata']['uid']
+        spec = {d['name']: d for d in self.node.spec(claim)['devices']}
+        for index, result in enumerate(self.results(claim)):
+            name = '%s-%s-%s' % (uid, result['device'], result['shareID'])
+            self.assertEqual(['HIP_DEVICE_MEMORY_LIMIT_%d=2048m' % index],
+                             spec[name]['containerEdits']['env'])
+
+    def test_one_shared_device_twice_in_one_claim(self):
+        gpu = self.node.inventory.gpus[1]
+        pin = ['device.attributes["%s"].pciAddress == "%s" && '
+               'device.attributes["%s"].partitionIndex == 0' % (
+                   DRIVER, gpu.address, DRIVER)]
+        claim = self.node.allocate('c', [
+            da.request(name, 'share.' + DRIVER, selectors=pin,
+                       capacity={'computeUnits': '8', 'memory': '1Gi'})
+            for name in ('a', 'b')])
+        results = self.results(claim)
+        self.assertEqual(1, len({r['device'] for r in results}))
+        entry = self.prepared(claim)
+        names = [list(d.cdi_device_ids)[0] for d in entry.devices]
+        self.assertEqual(2, len(set(names)))
+        masks = [cumask.parse_hsa_cu_mask(self.container(
+            claim, entry, request).env['HSA_CU_MASK'], 38).mask_for(0)
+            for request in ('a', 'b')]
+        self.assertFalse(masks[0] & masks[1])
+
+    def test_containers_of_two_requests_get_their_own_gpus(self):
+        claim = self.node.allocate('c', [
+            da.request('p', 'partition.' + DRIVER),
+            da.request('s', 'share.' + DRIVER,
+                       capacity={'computeUnits': '8', 'memory': '1Gi'})])
+        entry = self.prepared(claim)
+        part = self.container(claim, entry, 'p')
+        share = self.container(claim, entry, 's')
+        for got in (part, share):
+            self.assertEqual([], got.clashes)
+            self.assertEqual(3, len(got.devices))  # kfd, card, render
+        self.assertNotIn('HSA_CU_MASK', part.env)
+        self.assertIn('HSA_CU_MASK', share.env)
+        self.assertNotEqual(part.env['ROCR_VISIBLE_DEVICES'],
+                            share.env['ROCR_VISIBLE_DEVICES'])
+        # a container that takes the whole claim gets both requests'
+        # device nodes, but one ROCR_VISIBLE_DEVICES (the documented limit)
+        whole = self.container(claim, entry)
+        self.assertEqual(5, len(whole.devices))
+        self.assertIn('ROCR_VISIBLE_DEVICES',
+                      {name for name, _a, _b in whole.clashes})
+
+    def test_every_id_resolves_after_a_reboot_too(self):
+        claim = self.node.allocate('c', [da.request(
+            'p', 'partition.' + DRIVER, count=2)])
+        entry = self.prepared(claim)
+        os.unlink(cdi.spec_path(os.path.join(self.node.tmp, 'cdi'), DRIVER,
+                                claim['metadata']['uid']))
+        again = self.prepared(claim)
+        self.assertEqual([list(d.cdi_device_ids) for d in entry.devices],
+                         [list(d.cdi_device_ids) for d in again.devices])
+        self.container(claim, again)  # resolves every id
+
+
+def hami_library():
+    from amdgpu_virt.sharing import hami
+    return hami.LD_AUDIT_LIBRARY
+
+
+class TestLayouts(testtools.TestCase):
+    """The slices follow the API server's release, across upgrades.
+
+    The plugin's own loop is slowed down so that only the test publishes.
+    """
+
+    QUIET = {'publish_interval': 3600}
+
+    def layout(self, node):
+        objs = node.slices()
+        mixed = [o for o in objs if o['spec'].get('devices') and
+                 o['spec'].get('sharedCounters')]
+        counters_only = [o for o in objs if not o['spec'].get('devices')]
+        if mixed and not counters_only:
+            return 'mixed'
+        if counters_only and not mixed:
+            return 'separate'
+        return 'both? %r' % [o['metadata']['name'] for o in objs]
+
+    def allocate_all_kinds(self, node):
+        claims = [node.allocate('w', [da.request('gpu', DRIVER)]),
+                  node.allocate('p', [da.request('p', 'partition.' +
+                                                 DRIVER)]),
+                  node.allocate('s', [share_request('8', '1Gi')])]
+        self.assertNotIn(None, claims)
+        for claim in claims:
+            entry = node.prepare(claim)[claim['metadata']['uid']]
+            self.assertEqual('', entry.error)
+        return claims
+
+    def test_1_34_gets_counters_beside_their_devices(self):
+        node = self.useFixture(DraNode(version=(1, 34), dra=self.QUIET))
+        self.assertEqual('mixed', self.layout(node))
+        (obj,) = node.slices()
+        for key in ('uid', 'resourceVersion', 'creationTimestamp'):
+            obj['metadata'].pop(key, None)
+        kubernetes_validate.validate(obj, '1.34.0', strict=True)
+        self.allocate_all_kinds(node)
+
+    def test_upgrade_and_downgrade_replace_the_layout(self):
+        node = self.useFixture(DraNode(version=(1, 34), dra=self.QUIET))
+        claims = self.allocate_all_kinds(node)
+        server = node.k8s.server
+        for version, layout, generation in (((1, 35), 'separate', 2),
+                                            ((1, 34), 'mixed', 3)):
+            server.store.version = version
+            before = len(server.requests)
+            self.assertTrue(node.plugin.refresh())
+            self.assertEqual(layout, self.layout(node))
+            self.assertEqual(layout, node.plugin.publisher.layout.value)
+            objs = node.slices()
+            self.assertEqual({generation}, {
+                o['spec']['pool']['generation'] for o in objs})
+            self.assertEqual({len(objs)}, {
+                o['spec']['pool']['resourceSliceCount'] for o in objs})
+            # the old layout's slices went first, then the new were made
+            writes = [r.split()[0] for r in server.requests[before:]
+                      if not r.startswith('GET')]
+            self.assertEqual(['DELETE'], sorted(set(writes[:writes.index(
+                'POST')])))
+            self.assertNotIn('DELETE', writes[writes.index('POST'):])
+            self.assertNotIn('PUT', writes)
+            # nothing changed since: nothing written
+            self.assertFalse(node.plugin.refresh())
+        # prepared claims survive, and the devices are the same ones
+        self.assertEqual({c['metadata']['uid'] for c in claims},
+                         set(node.plugin.state.load()))
+        more = node.allocate('p2', [da.request('p', 'partition.' + DRIVER)])
+        self.assertNotEqual(
+            claims[1]['status']['allocation']['devices']['results'][0][
+                'device'],
+            more['status']['allocation']['devices']['results'][0]['device'])
+
+    def test_a_forced_layout_is_used_whatever_the_server_says(self):
+        node = self.useFixture(DraNode(
+            version=(1, 35), dra=dict(self.QUIET, slice_layout='mixed')))
+        server = node.k8s.server
+        self.assertNotIn('GET /version/', server.requests)
+        self.assertNotIn('GET /version', server.requests)
+        # a 1.35 server refuses what was forced: nothing was published
+        self.assertEqual([], node.slices())
+        err = self.assertRaises(exception.KubernetesError,
+                                node.plugin.refresh)
+        self.assertIn('422', str(err))
+        server.store.version = (1, 34)
+        self.assertTrue(node.plugin.refresh())
+        self.assertEqual('mixed', self.layout(node))
+
+    def test_an_unreadable_version_publishes_nothing(self):
+        node = self.useFixture(DraNode(version=(1, 35), dra=self.QUIET))
+        published = node.slices()
+        node.k8s.server.store.version = (1, 'x')
+        err = self.assertRaises(exception.KubernetesError,
+                                node.plugin.refresh)
+        self.assertIn('/version', str(err))
+        self.assertEqual(published, node.slices())
+
+
 class TestHostileClaims(testtools.TestCase):
 
     def setUp(self):
@@ -426,6 +703,13 @@ class TestHostileClaims(testtools.TestCase):
             'device'] = helpers_label(nova_gpu)
         claim = self.node.set_status(claim)
         self.refused(claim, helpers_label(nova_gpu), 'does not publish')
+
+    def test_share_id_that_cannot_name_a_cdi_device(self):
+        claim = self.node.allocate('c', [share_request('8', '1Gi')])
+        claim['status']['allocation']['devices']['results'][0][
+            'shareID'] = '../../etc/x'
+        claim = self.node.set_status(claim)
+        self.refused(claim, 'shareID', 'not a UUID')
 
     def test_consumed_capacity_beyond_the_device(self):
         claim = self.node.allocate('c', [share_request('8', '1Gi')])

@@ -31,6 +31,19 @@ class TestDraSlices(test_inventory_cli.CliTestCase):
         self.assertEqual({'node-a'}, {d['spec']['pool']['name']
                                       for d in docs})
 
+    def test_mixed_layout_and_pcie_roots(self):
+        root, _out = self.simulate('--mode', 'cpx', '--nps', 'nps4',
+                                   '--hostname', 'node-a')
+        docs, _err = self.docs('--sysfs-root', root, '--node', 'node-a',
+                               '--layout', 'mixed')
+        (doc,) = docs
+        self.assertEqual(71, len(doc['spec']['devices']))
+        self.assertEqual(8, len(doc['spec']['sharedCounters']))
+        roots = {d['attributes']['resource.kubernetes.io/pcieRoot']['string']
+                 for d in doc['spec']['devices']}
+        self.assertEqual({'pci0000:%02x' % (0x20 * n) for n in range(8)},
+                         roots)
+
     def test_ledger_and_classes_from_a_snapshot(self):
         inv = helpers.host('mi300x-spx')
         path = os.path.join(self.tmp, 'inv.json')
@@ -46,6 +59,9 @@ class TestDraSlices(test_inventory_cli.CliTestCase):
                          [d['kind'] for d in docs])
         (slice_,) = docs[3:]
         self.assertEqual(4, slice_['spec']['pool']['generation'])
+        # a snapshot has no sysfs to read the PCIe roots from
+        self.assertNotIn('resource.kubernetes.io/pcieRoot',
+                         slice_['spec']['devices'][0]['attributes'])
         self.assertEqual(['gpu', 'share'], [
             d['attributes']['type']['string']
             for d in slice_['spec']['devices']])

@@ -96,6 +96,18 @@ def variant(name: str) -> list[dict[str, Any]]:
                      VARIANT_NAMESPACES.get(name, NAMESPACE))
 
 
+def schema_error(values: dict[str, Any]) -> str:
+    """The Helm engine's refusal of ``values`` (which must be refused)."""
+    import helm_python
+
+    with helm_python.Chart.load(CHART) as loaded:
+        try:
+            loaded.render(values, name='amdgpu-virt', namespace=NAMESPACE)
+        except helm_python.HelmValuesError as err:
+            return str(err)
+    raise AssertionError('values %r were accepted' % (values,))
+
+
 def find(docs: list[dict[str, Any]], kind: str,
          name: str) -> dict[str, Any]:
     for doc in docs:

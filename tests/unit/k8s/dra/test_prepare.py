@@ -22,6 +22,7 @@ from amdgpu_virt.k8s.dra import state as dra_state
 from amdgpu_virt.model import Role
 from amdgpu_virt.sharing import allocator
 from amdgpu_virt.sharing import cumask
+from tests.functional.fixtures import cdiruntime
 from tests.functional.fixtures import draallocator as da
 from tests.unit.inventory import fixtures as inv_fixtures
 from tests.unit.k8s.dra import helpers
@@ -108,9 +109,11 @@ class PluginFixture(fixtures.Fixture):
             return json.load(handle)
 
 
-def env_of(spec, index=0):
-    return dict(e.split('=', 1) for e in
-                spec['devices'][index]['containerEdits']['env'])
+container_of = cdiruntime.inject_all
+
+
+def env_of(spec):
+    return container_of(spec).env
 
 
 def share(cus, memory):
@@ -130,21 +133,28 @@ class TestPrepareWhole(testtools.TestCase):
         spec = fx.spec(obj)
         self.assertEqual('k8s.gpu.amd.com/gpu', spec['kind'])
         self.assertEqual('0.5.0', spec['cdiVersion'])
-        (cdev,) = spec['devices']
-        self.assertEqual(obj['metadata']['uid'] + '-gpu', cdev['name'])
-        nodes = {n['path']: (n['major'], n['minor'])
-                 for n in cdev['containerEdits']['deviceNodes']}
+        # one CDI device for the GPU, one for the request
+        uid = obj['metadata']['uid']
+        (cdev, creq) = spec['devices']
+        self.assertEqual('%s-%s' % (uid, device.device), cdev['name'])
+        self.assertEqual(uid + '-req-gpu', creq['name'])
         unit = [u for u in fx.plugin.units
                 if u.gpu_address == device.gpu][0]
-        self.assertEqual({'/dev/kfd': (237, 0),
-                          unit.card_path: (226, unit.card_minor),
-                          unit.render_path: (226, unit.render_minor)},
-                         nodes)
+        self.assertEqual(
+            {unit.card_path: (226, unit.card_minor),
+             unit.render_path: (226, unit.render_minor)},
+            {n['path']: (n['major'], n['minor'])
+             for n in cdev['containerEdits']['deviceNodes']})
+        self.assertEqual(
+            [('/dev/kfd', 237, 0)],
+            [(n['path'], n['major'], n['minor'])
+             for n in creq['containerEdits']['deviceNodes']])
+        self.assertNotIn('env', cdev['containerEdits'])
         env = env_of(spec)
         self.assertEqual(unit.rocr_id, env['ROCR_VISIBLE_DEVICES'])
         self.assertNotIn('HSA_CU_MASK', env)
         self.assertNotIn('LD_AUDIT', env)
-        self.assertNotIn('mounts', cdev['containerEdits'])
+        self.assertEqual({}, container_of(spec).mounts)
 
     def test_partitioned_whole_gpu_gets_every_partition(self):
         fx = self.useFixture(PluginFixture('mi300x-qpx-nps4'))
@@ -201,9 +211,12 @@ class TestPrepareShares(testtools.TestCase):
             masks |= mask
             self.assertEqual('49152m', env['HIP_DEVICE_MEMORY_LIMIT_0'])
             self.assertIn('LD_AUDIT', env)
-            (mount,) = fx.spec(obj)['devices'][0]['containerEdits'][
-                'mounts']
+            # the library is the request's, the memory limit the share's
+            cshare, creq = fx.spec(obj)['devices']
+            (mount,) = creq['containerEdits']['mounts']
             self.assertIn('ro', mount['options'])
+            self.assertEqual(['HIP_DEVICE_MEMORY_LIMIT_0=49152m'],
+                             cshare['containerEdits']['env'])
         self.assertIsNone(fx.claim('s5', [share(76, '48Gi')]))
 
     def test_masks_survive_a_plugin_restart(self):
