@@ -104,8 +104,10 @@ class Agent(command.Command):
 class Webhook(command.Command):
     """Serve the admission webhook for pods requesting AMD GPUs.
 
-    Runs until SIGTERM/SIGINT. Reviews pod CREATE and UPDATE; turns a
-    pod's gpu.amd.com/workload annotation into resources with the policy
+    Runs until SIGTERM/SIGINT. Reviews pod CREATE and UPDATE (the
+    ephemeral containers of kubectl debug included); turns a pod's
+    gpu.amd.com/workload annotation, or each container's
+    workload.gpu.amd.com/<container>, into resources with the policy
     engine. Reads [kubernetes] (webhook_host, webhook_port,
     webhook_cert_file, webhook_key_file, scheduler_name,
     webhook_managed_resources, isolated_namespace_label,

@@ -240,7 +240,8 @@ kubernetes_opts: list[cfg.Opt] = [
     cfg.BoolOpt(
         'webhook_dra_claims', default=False,
         help='What the admission webhook gives a pod that states its needs '
-             'in the gpu.amd.com/workload annotation.\n\n'
+             'in the gpu.amd.com/workload annotation (or a container that '
+             'states them in workload.gpu.amd.com/<container>).\n\n'
              'Possible values:\n\n'
              '* False (default): HAMi resources (amd.com/gpu, '
              'amd.com/gpucores, amd.com/gpumem) for the scheduler '

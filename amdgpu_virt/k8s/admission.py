@@ -2,9 +2,10 @@
 
 :mod:`amdgpu_virt.k8s.webhook` applies them to each AdmissionReview: the
 checks of one container's resources, environment and security context;
-the annotations only the project may write and how an UPDATE changed
-them; and the translation of a pod's stated needs
-(:mod:`amdgpu_virt.k8s.intent`) into container limits.
+of the ephemeral containers ``kubectl debug`` adds; the annotations and
+labels only the project may write and how an UPDATE changed them; and
+what turns a pod's stated needs into resources (:class:`IntentPolicy`,
+applied by :mod:`amdgpu_virt.k8s.stated`).
 """
 
 from __future__ import annotations
@@ -20,14 +21,14 @@ from amdgpu_virt import exception
 from amdgpu_virt.k8s import intent as pod_intent
 from amdgpu_virt.model import GpuModel
 from amdgpu_virt.policy import engine as policy_engine
-from amdgpu_virt.policy.decision import Code
 from amdgpu_virt.policy.filters import isolation
 from amdgpu_virt.policy.workload import Tenancy
 from amdgpu_virt.sharing import hami
 
 _INTEGER = re.compile(r'^\+?[0-9]+$')
 #: Pod annotations only the project writes: HAMi's allocation record and
-#: the webhook's own decision (the intent itself is fixed at creation).
+#: the webhook's own decision (the intent itself is fixed at creation);
+#: the per-container forms (:data:`amdgpu_virt.k8s.intent.PREFIXES`) too.
 PROTECTED_ANNOTATIONS = (hami.ALLOCATION_ANNOTATIONS
                          + pod_intent.WEBHOOK_ANNOTATIONS
                          + (pod_intent.ANNOTATION,
@@ -55,10 +56,13 @@ class IntentPolicy:
     templates: Callable[[str, dict[str, Any]], None] | None = None
 
 
-def containers(spec: Mapping[str, Any]) -> list[tuple[str, dict[str, Any]]]:
-    """(JSON path, container) of init containers then containers."""
+def containers(spec: Mapping[str, Any],
+               fields: Sequence[str] = ('initContainers', 'containers')
+               ) -> list[tuple[str, dict[str, Any]]]:
+    """(JSON path, container) of init containers then containers (or of
+    ``fields``)."""
     found: list[tuple[str, dict[str, Any]]] = []
-    for field in ('initContainers', 'containers'):
+    for field in fields:
         items = spec.get(field) or []
         if isinstance(items, list):
             found.extend(('spec.%s[%d]' % (field, n), c)
@@ -182,140 +186,87 @@ def mapping(value: Any, field: str) -> Mapping[str, Any]:
 
 def protected_changes(old: Mapping[str, Any], new: Mapping[str, Any]
                        ) -> list[str]:
-    """The protected annotations (and label) that differ."""
+    """The protected annotations (and labels) that differ."""
     old_meta = mapping(old.get('metadata'), 'request.oldObject.metadata')
     new_meta = mapping(new.get('metadata'), 'request.object.metadata')
     changed: list[str] = []
     for field in ('annotations', 'labels'):
         before = mapping(old_meta.get(field), 'metadata.%s' % field)
         after = mapping(new_meta.get(field), 'metadata.%s' % field)
-        keys = PROTECTED_ANNOTATIONS if field == 'annotations' \
-            else (hami.VGPU_NODE,)
+        if field == 'annotations':
+            keys = list(PROTECTED_ANNOTATIONS) + sorted(
+                {k for k in (*before, *after) if isinstance(k, str) and
+                 k.startswith(pod_intent.PREFIXES)})
+        else:
+            keys = list(hami.ALLOCATION_LABELS)
         changed.extend('metadata.%s[%s]' % (field, key) for key in keys
                        if before.get(key) != after.get(key))
     return changed
+
+
+def is_gpu_pod(pod: Mapping[str, Any]) -> bool:
+    """Whether ``pod`` asks for or holds AMD GPUs: a container or init
+    container with an ``amd.com/*`` resource, stated needs, or HAMi
+    allocation state (what the webhook's matchConditions select)."""
+    meta = pod.get('metadata')
+    annotations = meta.get('annotations') if isinstance(meta, Mapping) \
+        else None
+    if isinstance(annotations, Mapping) and any(
+            isinstance(k, str) and (k in hami.ALLOCATION_ANNOTATIONS or
+                                    pod_intent.is_intent_key(k))
+            for k in annotations):
+        return True
+    spec = pod.get('spec')
+    if not isinstance(spec, Mapping):
+        return False
+    return any(name.startswith('amd.com/')
+               for _where, c in containers(spec)
+               for kind in ('limits', 'requests')
+               for name in resources(c, kind) if isinstance(name, str))
+
+
+def ephemeral_problems(pod: Mapping[str, Any],
+                       old: Mapping[str, Any] | None) -> list[str]:
+    """What is wrong with the ephemeral containers ``pod`` adds to
+    ``old`` (all of them when ``old`` is None): ``kubectl debug`` adds
+    them through ``pods/ephemeralcontainers``. None may ask for an
+    ``amd.com/*`` resource; on a GPU pod none may set the device plugin's
+    variables or run privileged (it would see every GPU of the node).
+    """
+    spec = pod.get('spec')
+    if not isinstance(spec, Mapping):
+        return []
+    before: dict[Any, Any] = {}
+    if old is not None and isinstance(old.get('spec'), Mapping):
+        before = {c.get('name'): c for _w, c in containers(
+            old['spec'], ('ephemeralContainers',))}
+    gpu_pod = is_gpu_pod(pod) or (old is not None and is_gpu_pod(old))
+    problems = []
+    for where, container in containers(spec, ('ephemeralContainers',)):
+        if before.get(container.get('name')) == container:
+            continue
+        label = 'ephemeral container %r (%s)' % (container.get('name', '?'),
+                                                 where)
+        for kind in ('limits', 'requests'):
+            for resource, (field, _value) in sorted(
+                    resources(container, kind).items()):
+                if isinstance(resource, str) and \
+                        resource.startswith('amd.com/'):
+                    problems.append('%s: %s: an ephemeral container gets '
+                                    'no GPU' % (label, field))
+        if not gpu_pod:
+            continue
+        problems.extend(env_problems(label, container))
+        security = container.get('securityContext') or {}
+        if isinstance(security, dict) and \
+                security.get('privileged') is True:
+            problems.append('%s: securityContext.privileged: a privileged '
+                            'container sees every GPU of the node, so it '
+                            'may not join a GPU pod' % label)
+    return problems
 
 
 def username(request: Mapping[str, Any]) -> str:
     info = request.get('userInfo')
     name = info.get('username') if isinstance(info, Mapping) else None
     return name if isinstance(name, str) else ''
-
-
-def _add_claim(pod: dict[str, Any], target: dict[str, Any],
-               decision: pod_intent.IntentDecision,
-               problems: list[str]) -> bool:
-    """Reference the decision's ResourceClaimTemplate from the pod and
-    its container (in place); False with the reason in ``problems``."""
-    template = pod_intent.claim_template(decision)['metadata']['name']
-    spec = pod['spec']
-    claims = spec.setdefault('resourceClaims', [])
-    if not isinstance(claims, list):
-        problems.append('spec.resourceClaims: not a list')
-        return False
-    mine = [c for c in claims if isinstance(c, dict)
-            and c.get('name') == pod_intent.CLAIM_NAME]
-    if mine and mine[0].get('resourceClaimTemplateName') != template:
-        problems.append('spec.resourceClaims[%s]: set by the pod, but the '
-                        'policy chose template %s' % (pod_intent.CLAIM_NAME,
-                                                      template))
-        return False
-    if not mine:
-        claims.append({'name': pod_intent.CLAIM_NAME,
-                       'resourceClaimTemplateName': template})
-    uses = target['resources'].setdefault('claims', [])
-    if not isinstance(uses, list):
-        problems.append('container %r: resources.claims is not a list'
-                        % target.get('name'))
-        return False
-    if not any(isinstance(u, dict) and u.get('name') ==
-               pod_intent.CLAIM_NAME for u in uses):
-        uses.append({'name': pod_intent.CLAIM_NAME})
-    return True
-
-
-def apply_intent(pod: dict[str, Any], namespace: str, name: str,
-                  isolated: str | None, intent: IntentPolicy | None,
-                  problems: list[str]) -> pod_intent.IntentDecision | None:
-    """Set the limits the policy chooses for the stated needs (in place).
-
-    :returns: the decision, or None (no intent, or refused: the reason is
-        in ``problems``).
-    """
-    annotations = (pod.get('metadata') or {}).get('annotations') or {}
-    where = 'pod %s/%s' % (namespace, name)
-    if pod_intent.ANNOTATION not in annotations:
-        present = [k for k in pod_intent.WEBHOOK_ANNOTATIONS
-                   if k in annotations]
-        if present:
-            problems.append('metadata.annotations[%s]: written by the '
-                            'webhook only, for pods that state %s' % (
-                                ', '.join(present), pod_intent.ANNOTATION))
-        return None
-    if intent is None:
-        problems.append('metadata.annotations[%s]: this webhook does not '
-                        'translate stated needs (no policy engine)'
-                        % pod_intent.ANNOTATION)
-        return None
-    try:
-        raw = pod_intent.parse(annotations[pod_intent.ANNOTATION], where)
-        workload = pod_intent.workload(raw, 'pod', isolated)
-    except exception.WorkloadSpecError as err:
-        problems.append('metadata.annotations[%s]: %s' % (
-            pod_intent.ANNOTATION, '; '.join(err.problems)))
-        return None
-    decision = pod_intent.decide(workload, intent.models(), intent.engine)
-    if decision.code is not Code.PLACED:
-        problems.append('metadata.annotations[%s]: %s' % (
-            pod_intent.ANNOTATION, decision.reason))
-        return None
-    spec = pod.get('spec') or {}
-    containers = [c for c in spec.get('containers') or []
-                  if isinstance(c, dict)]
-    target_name = annotations.get(pod_intent.CONTAINER_ANNOTATION)
-    target = None
-    for container in containers:
-        if target_name is None or container.get('name') == target_name:
-            target = container
-            break
-    if target is None:
-        problems.append('metadata.annotations[%s]: no container %r' % (
-            pod_intent.CONTAINER_ANNOTATION, target_name) if target_name
-            else 'spec.containers: none to give the GPUs to')
-        return None
-    resources = target.setdefault('resources', {})
-    if not isinstance(resources, dict):
-        problems.append('container %r: resources is not an object'
-                        % target.get('name'))
-        return None
-    limits = resources.get('limits') or {}
-    if not isinstance(limits, dict):
-        problems.append('container %r: resources.limits is not an object'
-                        % target.get('name'))
-        return None
-    stated = {k: str(v) for k, v in limits.items() if k in hami.RESOURCES}
-    wanted = {} if intent.dra else dict(decision.limits)
-    if stated and stated != wanted:
-        problems.append('container %r: resources.limits[%s]: state either '
-                        '%s or raw %s resources, not both (the policy '
-                        'chose %s)' % (
-                            target.get('name'), ', '.join(sorted(stated)),
-                            pod_intent.ANNOTATION, hami.RESOURCE_GPU,
-                            ', '.join('%s=%s' % i for i in sorted(
-                                decision.limits.items()))))
-        return None
-    if intent.dra:
-        if not _add_claim(pod, target, decision, problems):
-            return None
-    else:
-        resources['limits'] = {**limits, **decision.limits}
-    meta = pod['metadata']
-    new_annotations = dict(annotations)
-    new_annotations[pod_intent.DECISION_ANNOTATION] = decision.label
-    new_annotations[pod_intent.REASON_ANNOTATION] = decision.reason
-    if decision.use_types and not intent.dra:
-        new_annotations[hami.USE_GPUTYPE] = ','.join(decision.use_types)
-    meta['annotations'] = new_annotations
-    return decision
-
-

@@ -15,6 +15,20 @@ an isolated namespace is isolated whatever it says (saying ``trusted``
 there is refused); elsewhere a pod is trusted unless it says
 ``tenancy: isolated``.
 
+That pod-level form gives GPUs to one container (the first of
+``spec.containers``, or the one named by ``gpu.amd.com/workload-container``).
+Each container (or init container) may instead state its own needs, in
+an annotation keyed by its name, as Kubernetes keys per-container
+annotations (``container.apparmor.security.beta.kubernetes.io/<name>``)::
+
+    metadata:
+      annotations:
+        workload.gpu.amd.com/train: "memory: 20GiB, compute: 25%"
+        workload.gpu.amd.com/prep: "gpus: 1"
+
+Each statement is judged on its own, and its decision is written into
+``decision.gpu.amd.com/<name>`` and ``decision-reason.gpu.amd.com/<name>``.
+
 :func:`decide` judges the workload with the planner's own
 :class:`~amdgpu_virt.policy.engine.Engine` (the same filters: platform,
 isolation, P2P, size, interference) on the GPU shapes the cluster
@@ -60,6 +74,16 @@ DECISION_ANNOTATION = 'gpu.amd.com/decision'
 REASON_ANNOTATION = 'gpu.amd.com/decision-reason'
 #: Annotations only the webhook writes.
 WEBHOOK_ANNOTATIONS = (DECISION_ANNOTATION, REASON_ANNOTATION)
+#: Per-container forms: the prefix, then the container's name (a DNS
+#: label of at most 63 characters, which is what an annotation key's name
+#: part may hold).
+CONTAINER_PREFIX = 'workload.gpu.amd.com/'
+DECISION_PREFIX = 'decision.gpu.amd.com/'
+REASON_PREFIX = 'decision-reason.gpu.amd.com/'
+#: Prefixes of per-container annotations only the webhook writes.
+WEBHOOK_PREFIXES = (DECISION_PREFIX, REASON_PREFIX)
+#: Prefixes of every per-container annotation of stated needs.
+PREFIXES = (CONTAINER_PREFIX,) + WEBHOOK_PREFIXES
 
 FIELDS = ('gpus', 'memory', 'compute', 'tenancy', 'sensitivity', 'p2p')
 #: Longest annotation value read (a spec is a few dozen characters).
@@ -69,8 +93,11 @@ WHOLE = 'whole'
 #: DeviceClasses of the DRA driver: whole GPUs, and CU shares.
 DRA_WHOLE_CLASS = 'gpu.amd.com'
 DRA_SHARE_CLASS = 'share.gpu.amd.com'
-#: Name of the pod's claim entry (``spec.resourceClaims[].name``).
+#: Name of the pod's claim entry (``spec.resourceClaims[].name``) for
+#: the pod-level form; per-container forms get :func:`claim_name`.
 CLAIM_NAME = 'amd-gpu'
+#: Longest DNS label (a claim entry's name).
+_DNS_LABEL = 63
 
 
 @dataclasses.dataclass(frozen=True)
@@ -133,20 +160,89 @@ def claim_template(decision: IntentDecision) -> dict[str, Any]:
             'spec': spec}
 
 
-def parse(value: Any, where: str) -> dict[str, Any]:
+@dataclasses.dataclass(frozen=True)
+class Statement:
+    """One statement of needs found in a pod's annotations.
+
+    :ivar key: the annotation that holds it.
+    :ivar value: its value, as the pod gives it (not yet read).
+    :ivar container: the container it names (None: the pod-level form,
+        whose container the caller finds).
+    """
+
+    key: str
+    value: Any
+    container: str | None = None
+
+
+def statements(annotations: Mapping[str, Any]) -> list[Statement]:
+    """The pod-level statement (first) and the per-container ones (in key
+    order) of a pod's annotations."""
+    found = []
+    if ANNOTATION in annotations:
+        found.append(Statement(ANNOTATION, annotations[ANNOTATION]))
+    found.extend(Statement(key, annotations[key],
+                           key[len(CONTAINER_PREFIX):])
+                 for key in sorted(k for k in annotations
+                                   if isinstance(k, str) and
+                                   k.startswith(CONTAINER_PREFIX)))
+    return found
+
+
+def decision_keys(container: str | None) -> tuple[str, str]:
+    """The annotations (decision, reason) written for the statement of
+    ``container`` (None: the pod-level form)."""
+    if container is None:
+        return DECISION_ANNOTATION, REASON_ANNOTATION
+    return DECISION_PREFIX + container, REASON_PREFIX + container
+
+
+def stated_by(key: str) -> str | None:
+    """The statement annotation a webhook-written annotation ``key``
+    belongs to (None: ``key`` is not one the webhook writes)."""
+    if key in WEBHOOK_ANNOTATIONS:
+        return ANNOTATION
+    for prefix in WEBHOOK_PREFIXES:
+        if key.startswith(prefix):
+            return CONTAINER_PREFIX + key[len(prefix):]
+    return None
+
+
+def is_intent_key(key: str) -> bool:
+    """Whether ``key`` states needs or records their decision (fixed once
+    the pod exists)."""
+    return key in (ANNOTATION, CONTAINER_ANNOTATION) + WEBHOOK_ANNOTATIONS \
+        or key.startswith(PREFIXES)
+
+
+def claim_name(container: str | None) -> str:
+    """The pod's claim entry for the statement of ``container``:
+    ``amd-gpu`` for the pod-level form, ``amd-gpu-<container>`` (a digest
+    of the name when that is longer than a DNS label) otherwise."""
+    if container is None:
+        return CLAIM_NAME
+    name = '%s-%s' % (CLAIM_NAME, container)
+    if len(name) <= _DNS_LABEL:
+        return name
+    return '%s-%s' % (CLAIM_NAME, hashlib.sha256(
+        container.encode('utf-8', 'replace')).hexdigest()[:16])
+
+
+def parse(value: Any, where: str, key: str = ANNOTATION) -> dict[str, Any]:
     """The fields of an intent annotation value.
 
     :param where: names the pod in errors.
+    :param key: the annotation that holds ``value`` (named in errors).
     :raises WorkloadSpecError: not a string, too long, not a mapping, an
         alias (YAML anchors are refused: no alias bombs) or unknown fields.
     """
     if not isinstance(value, str):
         raise exception.WorkloadSpecError(where, [
-            '%s: %r is not a string' % (ANNOTATION, value)])
+            '%s: %r is not a string' % (key, value)])
     if len(value) > MAX_LENGTH:
         raise exception.WorkloadSpecError(where, [
             '%s: %d characters, at most %d are read' % (
-                ANNOTATION, len(value), MAX_LENGTH)])
+                key, len(value), MAX_LENGTH)])
     text = value.strip()
     if not text.startswith(('{', '[')) and ':' in text and \
             '\n' not in text:
@@ -155,11 +251,11 @@ def parse(value: Any, where: str) -> dict[str, Any]:
         for event in yaml.parse(text, Loader=yaml.SafeLoader):
             if isinstance(event, yaml.AliasEvent):
                 raise exception.WorkloadSpecError(where, [
-                    '%s: YAML aliases are not accepted' % ANNOTATION])
-        raw = yamlutil.load(text, '%s of %s' % (ANNOTATION, where))
+                    '%s: YAML aliases are not accepted' % key])
+        raw = yamlutil.load(text, '%s of %s' % (key, where))
     except yaml.YAMLError as err:
         raise exception.WorkloadSpecError(where, [
-            '%s: not YAML or JSON: %s' % (ANNOTATION, err)]) from None
+            '%s: not YAML or JSON: %s' % (key, err)]) from None
     except exception.WorkloadSpecError:
         raise
     except exception.AmdgpuVirtError as err:
@@ -167,12 +263,12 @@ def parse(value: Any, where: str) -> dict[str, Any]:
     if not isinstance(raw, Mapping):
         raise exception.WorkloadSpecError(where, [
             '%s: expected a mapping such as "memory: 20GiB, compute: 25%%"'
-            % ANNOTATION])
+            % key])
     unknown = sorted(str(k) for k in raw if k not in FIELDS)
     if unknown:
         raise exception.WorkloadSpecError(where, [
             '%s: unknown field(s) %s; a pod may state: %s' % (
-                ANNOTATION, ', '.join(unknown), ', '.join(FIELDS))])
+                key, ', '.join(unknown), ', '.join(FIELDS))])
     return dict(raw)
 
 
@@ -195,11 +291,12 @@ def models_from_registrations(devices: Iterable[hami.DeviceInfo]
     return tuple(shapes[k] for k in sorted(shapes))
 
 
-def workload(raw: Mapping[str, Any], name: str, isolated: str | None
-             ) -> Workload:
+def workload(raw: Mapping[str, Any], name: str, isolated: str | None,
+             key: str = ANNOTATION) -> Workload:
     """The pod's :class:`Workload` (platform pod).
 
     :param isolated: why the namespace is isolated (None: it is not).
+    :param key: the annotation the needs come from (named in errors).
     :raises WorkloadSpecError: naming every bad field, and a pod claiming
         ``tenancy: trusted`` in an isolated namespace.
     """
@@ -214,7 +311,7 @@ def workload(raw: Mapping[str, Any], name: str, isolated: str | None
         spec['tenancy'] = Tenancy.TRUSTED.value
     spec['name'] = name
     spec['platform'] = Platform.POD.value
-    return policy_workload.from_dict(spec, ANNOTATION)
+    return policy_workload.from_dict(spec, key)
 
 
 def _tightest(trail: Sequence[Verdict], options: Sequence[base.Option]

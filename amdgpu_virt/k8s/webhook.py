@@ -8,14 +8,17 @@ and the only exemptions are namespaces the administrator lists
 
 On CREATE, for a pod whose containers request one of the managed resources
 (``amd.com/gpu``, ``amd.com/gpumem``, ``amd.com/gpucores``) or that states
-its needs in ``gpu.amd.com/workload`` (see :mod:`amdgpu_virt.k8s.intent`),
-it
+its needs in ``gpu.amd.com/workload`` or per container in
+``workload.gpu.amd.com/<container>`` (see :mod:`amdgpu_virt.k8s.intent`
+and :mod:`amdgpu_virt.k8s.stated`), it
 
 * turns stated needs into container limits with the planner's policy
-  engine (a CU slice, or whole GPUs), records the decision and its reason
-  in ``gpu.amd.com/decision`` and ``gpu.amd.com/decision-reason`` (and an
-  Event), and denies a pod that fits no GPU of the cluster with the
-  tightest reason;
+  engine (a CU slice, or whole GPUs), records each decision and its reason
+  in ``gpu.amd.com/decision`` and ``gpu.amd.com/decision-reason`` (per
+  container: ``decision.gpu.amd.com/<container>`` and
+  ``decision-reason.gpu.amd.com/<container>``) and an Event per
+  container, and denies a need that fits no GPU of the cluster with the
+  tightest reason, naming the container;
 * denies privileged containers (they see every GPU), a preset
   ``spec.nodeName`` (it would bypass the extender), ``amd.com/gpucores``
   that is not an integer in 1..100, a non-integer ``amd.com/gpu`` or
@@ -40,7 +43,10 @@ On UPDATE it denies any change of those annotations (or of the
 ``[kubernetes] webhook_allocation_writers`` (the project's service
 accounts, as ``request.userInfo.username`` names them): a second line
 behind the ValidatingAdmissionPolicy that does the same in the API
-server. Every denial names the container and the field.
+server. On any UPDATE (``pods/ephemeralcontainers`` from ``kubectl debug``
+included) it denies an added ephemeral container that asks for
+``amd.com/*`` or, on a GPU pod, sets the device plugin's variables or
+runs privileged. Every denial names the container and the field.
 
 :func:`make_server` serves it over HTTP(S) with ``/healthz`` and
 ``/readyz``.
@@ -68,6 +74,7 @@ from amdgpu_virt import exception
 from amdgpu_virt.k8s import admission
 from amdgpu_virt.k8s import httpserver
 from amdgpu_virt.k8s import intent as pod_intent
+from amdgpu_virt.k8s import stated
 from amdgpu_virt.k8s import webhookapi
 from amdgpu_virt.policy import engine as policy_engine
 from amdgpu_virt.sharing import hami
@@ -79,8 +86,11 @@ DEFAULT_ALLOCATION_WRITERS = (
     'system:serviceaccount:amdgpu-virt:amdgpu-virt-scheduler',
     'system:serviceaccount:amdgpu-virt:amdgpu-virt-node')
 NamespaceLabels = Callable[[str], Mapping[str, str]]
-#: (namespace, pod name, message): records a decision as an Event.
-EventSink = Callable[[str, str, str, str], None]
+#: (namespace, pod name, key, message, field path): records a decision
+#: as an Event of the pod (of its container at ``field path``, e.g.
+#: ``spec.containers{main}``); ``key`` makes a retried request write it
+#: once.
+EventSink = Callable[[str, str, str, str, str | None], None]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -137,6 +147,25 @@ def _response(uid: str, allowed: bool, message: str | None = None,
             json.dumps(patch).encode()).decode()
     return {'apiVersion': 'admission.k8s.io/v1', 'kind': 'AdmissionReview',
             'response': response}
+
+
+#: Most problems a denial lists (a hostile pod may have thousands).
+MAX_PROBLEMS = 20
+
+
+def _problems(problems: list[str]) -> str:
+    shown = problems[:MAX_PROBLEMS]
+    if len(problems) > MAX_PROBLEMS:
+        shown.append('and %d more problems' % (len(problems) -
+                                               MAX_PROBLEMS))
+    return '; '.join(shown)
+
+
+def _field(container: Mapping[str, Any], field: str) -> Any:
+    """``resources.<field>`` of a container (None when either is not
+    there, or ``resources`` is not an object)."""
+    resources = container.get('resources')
+    return resources.get(field) if isinstance(resources, dict) else None
 
 
 def review(admission_review: Mapping[str, Any], policy: WebhookPolicy,
@@ -204,6 +233,13 @@ def review(admission_review: Mapping[str, Any], policy: WebhookPolicy,
                            user or 'an unnamed user'))
             LOG.info('%s', message)
             return _response(uid, False, message)
+        # kubectl debug: pods/ephemeralcontainers, or any other update
+        debug = admission.ephemeral_problems(pod, old)
+        if debug:
+            message = 'pod %s/%s denied: %s' % (namespace, name,
+                                                _problems(debug))
+            LOG.info('%s', message)
+            return _response(uid, False, message)
         return _response(uid, True)
     spec = admission.mapping(pod.get('spec'), 'request.object.spec')
     problems: list[str] = []
@@ -211,8 +247,8 @@ def review(admission_review: Mapping[str, Any], policy: WebhookPolicy,
         preset = ['metadata.annotations[%s]' % k
                   for k in hami.ALLOCATION_ANNOTATIONS if k in annotations]
         labels = metadata.get('labels') or {}
-        if hami.VGPU_NODE in labels:
-            preset.append('metadata.labels[%s]' % hami.VGPU_NODE)
+        preset.extend('metadata.labels[%s]' % k
+                      for k in hami.ALLOCATION_LABELS if k in labels)
         if preset:
             problems.append('%s: allocation state is written by the GPU '
                             'scheduler only, not by %s' % (
@@ -221,9 +257,10 @@ def review(admission_review: Mapping[str, Any], policy: WebhookPolicy,
     key, value = policy.isolated_label
     if namespace_labels is not None and namespace_labels.get(key) == value:
         isolated = 'namespace %r (labelled %s=%s)' % (namespace, key, value)
+    problems.extend(admission.ephemeral_problems(pod, None))
     mutated = copy.deepcopy(dict(pod))
-    decision = admission.apply_intent(mutated, namespace, name, isolated,
-                                      intent, problems)
+    decisions = stated.apply_intent(mutated, namespace, name, isolated,
+                                    intent, problems)
     mspec = mutated.get('spec') or {}
     containers = admission.containers(mspec)
     managed = set(policy.managed_resources)
@@ -231,15 +268,16 @@ def review(admission_review: Mapping[str, Any], policy: WebhookPolicy,
         {k: v for k, v in admission.resources(c, kind).items()
          if k in managed} for kind in ('limits', 'requests'))
         for where, c in containers}
-    claim = intent is not None and intent.dra and decision is not None
+    claim = intent is not None and intent.dra and bool(decisions)
     if claim:
-        # the container given the claim is a GPU container like any other
+        # a container given a claim is a GPU container like any other
+        ours = {d.claim for d in decisions}
         for where, container in containers:
-            uses = (container.get('resources') or {}).get('claims') or []
-            if any(isinstance(u, dict) and u.get('name') ==
-                   pod_intent.CLAIM_NAME for u in uses):
-                wanted[where][0]['resourceClaim %s' % pod_intent.CLAIM_NAME
-                                 ] = ('resources.claims', None)
+            uses = _field(container, 'claims')
+            for use in uses if isinstance(uses, list) else ():
+                if isinstance(use, dict) and use.get('name') in ours:
+                    wanted[where][0]['resourceClaim %s' % use['name']] = (
+                        'resources.claims', None)
     if not problems and not claim and \
             not any(lim or req for lim, req in wanted.values()):
         return _response(uid, True)
@@ -254,12 +292,14 @@ def review(admission_review: Mapping[str, Any], policy: WebhookPolicy,
             where, container, limits, requests, isolated))
     if problems:
         message = 'pod %s/%s denied: %s' % (namespace, name,
-                                            '; '.join(problems))
+                                            _problems(problems))
         LOG.info('%s', message)
         return _response(uid, False, message)
     hami_pod = False
     for _where, container in containers:
-        given = (container.get('resources') or {}).get('limits') or {}
+        given = _field(container, 'limits')
+        if not isinstance(given, dict):
+            continue
         if any(r in given for r in managed):
             hami_pod = True
         if hami.RESOURCE_GPU not in given and any(
@@ -268,23 +308,29 @@ def review(admission_review: Mapping[str, Any], policy: WebhookPolicy,
     if hami_pod:
         mutated.setdefault('spec', {})['schedulerName'] = \
             policy.scheduler_name
-    if claim and decision is not None and intent is not None and \
-            intent.templates is not None and not request.get('dryRun'):
-        template = pod_intent.claim_template(decision)
-        try:
-            intent.templates(namespace, template)
-        except exception.AmdgpuVirtError as err:
-            message = ('pod %s/%s denied: ResourceClaimTemplate %s/%s could '
-                       'not be written: %s' % (
-                           namespace, name, namespace,
-                           template['metadata']['name'], err))
-            LOG.warning('%s', message)
-            return _response(uid, False, message)
+    if claim and intent is not None and intent.templates is not None \
+            and not request.get('dryRun'):
+        templates = {t['metadata']['name']: t for t in (
+            pod_intent.claim_template(d.decision) for d in decisions)}
+        for template_name, template in sorted(templates.items()):
+            try:
+                intent.templates(namespace, template)
+            except exception.AmdgpuVirtError as err:
+                message = ('pod %s/%s denied: ResourceClaimTemplate %s/%s '
+                           'could not be written: %s' % (
+                               namespace, name, namespace, template_name,
+                               err))
+                LOG.warning('%s', message)
+                return _response(uid, False, message)
     patch = jsonpatch.make_patch(dict(pod), mutated).patch
-    if decision is not None:
-        LOG.info('pod %s/%s: %s', namespace, name, decision.reason)
+    for one in decisions:
+        LOG.info('pod %s/%s: %s', namespace, name, one.message)
         if events is not None and not request.get('dryRun'):
-            events(namespace, str(name), uid, decision.reason)
+            # the pod-level form keeps its one Event per request
+            events(namespace, str(name), uid if one.pod_level else
+                   '%s/%s' % (uid, one.container),
+                   one.decision.reason if one.pod_level else one.message,
+                   one.field_path)
     if not patch:
         return _response(uid, True)
     LOG.info('pod %s/%s: schedulerName set to %s', namespace, name,

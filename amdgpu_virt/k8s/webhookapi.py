@@ -21,11 +21,12 @@ LOG = logging.getLogger(__name__)
 
 
 class EventRecorder:
-    """Records intent decisions as Events of the pod (``GpuPlacement``).
+    """Records intent decisions as Events of the pod (``GpuPlacement``),
+    one per container that states its needs.
 
-    The Event name is derived from the admission request's uid, so a
-    retried request writes it once. Failures are logged, never raised:
-    the pod's annotation carries the same reason.
+    The Event name is derived from the admission request's uid (and the
+    container), so a retried request writes it once. Failures are
+    logged, never raised: the pod's annotation carries the same reason.
     """
 
     reason = 'GpuPlacement'
@@ -36,15 +37,23 @@ class EventRecorder:
         self.component = component
 
     def __call__(self, namespace: str, pod: str, uid: str,
-                 message: str) -> None:
+                 message: str, field_path: str | None = None) -> None:
+        """:param uid: the admission request's uid (with the container's
+            name when a request records several decisions).
+        :param field_path: the container the decision is for
+            (``spec.containers{name}``, as kubelet names containers in
+            Events)."""
         digest = hashlib.sha256(uid.encode()).hexdigest()[:16]
         base = (pod.rstrip('-.') or 'pod')[:200]
         now = time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())
         name = '%s.%s' % (base, digest)
+        involved = {'apiVersion': 'v1', 'kind': 'Pod',
+                    'namespace': namespace, 'name': pod}
+        if field_path:
+            involved['fieldPath'] = field_path
         body = {'apiVersion': 'v1', 'kind': 'Event',
                 'metadata': {'name': name, 'namespace': namespace},
-                'involvedObject': {'apiVersion': 'v1', 'kind': 'Pod',
-                                   'namespace': namespace, 'name': pod},
+                'involvedObject': involved,
                 'reason': self.reason, 'message': message[:1024],
                 'type': 'Normal', 'source': {'component': self.component},
                 'firstTimestamp': now, 'lastTimestamp': now, 'count': 1,

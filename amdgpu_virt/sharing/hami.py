@@ -927,3 +927,9 @@ def rebuild_allocators(
                       % (owner, uuid, ', '.join(sorted(result)) or 'none'))
             result[uuid].claim_mask(owner, mask)
     return result
+
+
+#: Pod labels that record an allocation (HAMi's scheduler labels a pod
+#: with the node it chose, for selecting a node's pods): written, like
+#: :data:`ALLOCATION_ANNOTATIONS`, only by the project's service accounts.
+ALLOCATION_LABELS = (VGPU_NODE,)

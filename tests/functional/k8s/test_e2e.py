@@ -258,6 +258,77 @@ class EndToEndTest(testtools.TestCase):
         self.assertNotIn('HSA_CU_MASK', envs)
         self.assertNotIn('LD_AUDIT', envs)
 
+    def test_needs_stated_per_container_follow_the_namespace(self) -> None:
+        # two containers, each stating its own needs: each gets its CU
+        # slice where tenants are trusted and a whole GPU where they are
+        # isolated, with its own reason and Event
+        stated = {intent.CONTAINER_PREFIX + 'c0': 'memory: 20GiB, '
+                  'compute: 25%', intent.CONTAINER_PREFIX + 'c1':
+                  'memory: 8GiB, compute: 10%'}
+        results = {}
+        for namespace in ('team', 'secure'):
+            node, pod, responses = self._schedule(cluster.gpu_pod(
+                'pair', [{}, {}], namespace=namespace, annotations=stated))
+            limits = [c['resources']['limits']
+                      for c in pod['spec']['containers']]
+            annotations = pod['metadata']['annotations']
+            devices = hami.decode_pod_devices(
+                annotations[hami.DEVICES_ALLOCATED])
+            held = self._check_env(node, devices, responses)
+            events = {e.involved_object.field_path: e.message
+                      for e in self.cluster.api.list_namespaced_event(
+                          namespace).items
+                      if e.involved_object.name == 'pair'}
+            results[namespace] = (limits, annotations, devices, responses,
+                                  events, held)
+        limits, annotations, devices, responses, events, held = \
+            results['team']
+        self.assertEqual([{'amd.com/gpu': '1', 'amd.com/gpucores': '25',
+                           'amd.com/gpumem': '20480'},
+                          {'amd.com/gpu': '1', 'amd.com/gpucores': '10',
+                           'amd.com/gpumem': '8192'}], limits)
+        self.assertEqual([(20480, 76), (8192, 30)],
+                         [(c[0].usedmem, c[0].usedcores) for c in devices])
+        self.assertEqual(['20480m', '8192m'],
+                         [dict(r.envs)['HIP_DEVICE_MEMORY_LIMIT_0']
+                          for r in responses])
+        for name in ('c0', 'c1'):
+            self.assertEqual('cu-slice', annotations[
+                intent.DECISION_PREFIX + name])
+            reason = annotations[intent.REASON_PREFIX + name]
+            self.assertIn('tenancy is trusted', reason)
+            self.assertEqual("container '%s': %s" % (name, reason),
+                             events['spec.containers{%s}' % name])
+        self.assertIn('CU slice of 10% of the CUs and 8192 MiB',
+                      annotations[intent.REASON_PREFIX + 'c1'])
+        self.assertEqual(2, len(events))
+        self.assertNotIn(intent.DECISION_ANNOTATION, annotations)
+        limits, annotations, devices, responses, events, held = \
+            results['secure']
+        self.assertEqual([{'amd.com/gpu': '1'}] * 2, limits)
+        self.assertEqual([304, 304], [c[0].usedcores for c in devices])
+        self.assertEqual(2, len({c[0].uuid for c in devices}))
+        for name, response in zip(('c0', 'c1'), responses, strict=True):
+            self.assertNotIn('HSA_CU_MASK', dict(response.envs))
+            self.assertEqual('whole', annotations[
+                intent.DECISION_PREFIX + name])
+            reason = annotations[intent.REASON_PREFIX + name]
+            self.assertIn('whole GPU (1): no CU slice because tenancy is '
+                          'isolated', reason)
+            self.assertEqual("container '%s': %s" % (name, reason),
+                             events['spec.containers{%s}' % name])
+        # a statement for a container the pod does not have, or one that
+        # never fits, is denied naming the container
+        for needs, reason in (
+                ({intent.CONTAINER_PREFIX + 'c2': 'gpus: 1'},
+                 "no container or init container 'c2' .it has: c0, c1."),
+                ({intent.CONTAINER_PREFIX + 'c1': 'memory: 300GiB'},
+                 r"container 'c1': metadata.annotations\[workload.gpu.amd.com"
+                 r"/c1\]: fits no GPU of the cluster: \[size\]")):
+            self.assertRaisesRegex(AssertionError, reason,
+                                   self.cluster.create, cluster.gpu_pod(
+                                       'bad', [{}, {}], annotations=needs))
+
     def test_stated_needs_that_never_fit_are_denied(self) -> None:
         for needs, reason in (
                 ('memory: 300GiB', r'fits no GPU of the cluster: \[size\] '

@@ -172,6 +172,81 @@ class ThreatTest(testtools.TestCase):
         self.tenant.patch_namespaced_pod('job', 'team', {'metadata': {
             'labels': {'app': 'x'}}})
 
+    def _label_attacks(self) -> list[tuple[Any, str]]:
+        """Ways a tenant sets, moves or drops the allocation label of its
+        pod (body, content type)."""
+        merge = 'application/merge-patch+json'
+        strategic = 'application/strategic-merge-patch+json'
+        return [
+            ({'metadata': {'labels': {hami.VGPU_NODE: 'b'}}}, merge),
+            ({'metadata': {'labels': {hami.VGPU_NODE: 'b'}}}, strategic),
+            ({'metadata': {'labels': {hami.VGPU_NODE: None}}}, merge),
+            ({'metadata': {'labels': {hami.VGPU_NODE: ''}}}, strategic),
+            ([{'op': 'replace', 'path': '/metadata/labels/hami.io~1vgpu-node',
+               'value': 'b'}], 'application/json-patch+json'),
+        ]
+
+    def test_tenant_cannot_move_its_pod_between_nodes_by_label(self) -> None:
+        # the scheduler labels the pod with the node it chose; a node's
+        # pods are selected by that label
+        self.scheduler.patch_namespaced_pod('job', 'team', {'metadata': {
+            'labels': {hami.VGPU_NODE: 'a'}}})
+        placed = self.kube.server.get_object('pods', 'job', 'team')
+        for body, content_type in self._label_attacks():
+            message = self._refused(self.tenant.patch_namespaced_pod, 'job',
+                                    'team', body,
+                                    _content_type=content_type)
+            self.assertIn('may not set, change or remove the GPU '
+                          'allocation label hami.io/vgpu-node of a pod',
+                          message)
+            self.assertIn('amdgpu-virt-allocation-annotations', message)
+        # nor put it on a new pod, to be counted on a node it is not on
+        pod = cluster.gpu_pod('squat', [{'amd.com/gpu': '1'}])
+        pod['metadata']['labels'] = {hami.VGPU_NODE: 'b'}
+        self._refused(self.tenant.create_namespaced_pod, 'team', pod)
+        # nothing lost: the node's pods are the same
+        self.assertEqual(placed, self.kube.server.get_object(
+            'pods', 'job', 'team'))
+        self.assertIsNone(self.kube.server.get_object('pods', 'squat',
+                                                      'team'))
+        self.assertEqual(['job'], [p.metadata.name for p in
+                                   self.admin.list_namespaced_pod(
+                                       'team', label_selector='%s=a' %
+                                       hami.VGPU_NODE).items])
+        # its other labels stay the tenant's, and the project writes it
+        self.tenant.patch_namespaced_pod('job', 'team', {'metadata': {
+            'labels': {'app': 'y'}}})
+        self.scheduler.patch_namespaced_pod('job', 'team', {'metadata': {
+            'labels': {hami.VGPU_NODE: 'b'}}})
+
+    def test_without_the_label_rule_the_tenant_moves_it(self) -> None:
+        # the control: the shipped policy minus its label validation lets
+        # every attack above through, so the policy is what stops them
+        (policy,) = [o for o in shipped('admission-policies.yaml')
+                     if o['kind'] == 'ValidatingAdmissionPolicy' and
+                     o['metadata']['name'] ==
+                     'amdgpu-virt-allocation-annotations']
+        validations = policy['spec']['validations']
+        policy['spec']['validations'] = [
+            v for v in validations if 'changedLabels' not in v['expression']]
+        self.assertEqual(len(validations) - 1,
+                         len(policy['spec']['validations']))
+        client.AdmissionregistrationV1Api(
+            self.admin.api_client).delete_validating_admission_policy(
+                policy['metadata']['name'])
+        self.kube.server.put_object('validatingadmissionpolicies', policy)
+        self.scheduler.patch_namespaced_pod('job', 'team', {'metadata': {
+            'labels': {hami.VGPU_NODE: 'a'}}})
+        for body, content_type in self._label_attacks():
+            self.tenant.patch_namespaced_pod('job', 'team', body,
+                                             _content_type=content_type)
+            self.scheduler.patch_namespaced_pod('job', 'team', {
+                'metadata': {'labels': {hami.VGPU_NODE: 'a'}}})
+        self.tenant.patch_namespaced_pod('job', 'team', {'metadata': {
+            'labels': {hami.VGPU_NODE: 'b'}}})
+        self.assertEqual('b', self.kube.server.get_object(
+            'pods', 'job', 'team')['metadata']['labels'][hami.VGPU_NODE])
+
     def test_tenant_cannot_write_records_or_nodes(self) -> None:
         name = allocrecord.configmap_name('a')
         self._refused(self.tenant.patch_namespaced_config_map, name,

@@ -229,6 +229,35 @@ class WebhookThreatTest(_WebhookTest):
         self.assertIn(intent.DECISION_ANNOTATION,
                       self._denied(new, 'UPDATE', old))
 
+    def test_kubectl_debug_gets_no_gpu_and_no_privilege(self) -> None:
+        # kubectl debug: UPDATE of pods/ephemeralcontainers with the
+        # whole Pod
+        gpu = _pod({'amd.com/gpu': '1', 'amd.com/gpucores': '50'})
+        gpu['metadata']['annotations'] = {
+            hami.DEVICES_ALLOCATED: 'g0,AMD,1024,152:;'}
+        for container, reason in (
+                ({'securityContext': {'privileged': True}},
+                 'securityContext.privileged'),
+                ({'env': [{'name': 'HSA_CU_MASK', 'value': '0:0-303'}]},
+                 'env[0] (HSA_CU_MASK): set by the GPU device plugin'),
+                ({'env': [{'name': 'LD_AUDIT', 'value': ''}]},
+                 'env[0] (LD_AUDIT)'),
+                ({'resources': {'limits': {'amd.com/gpu': '1'}}},
+                 'resources.limits[amd.com/gpu]: an ephemeral container '
+                 'gets no GPU')):
+            debugged = copy.deepcopy(gpu)
+            debugged['spec']['ephemeralContainers'] = [{
+                'name': 'debugger', 'image': 'busybox',
+                'targetContainerName': 'main', **container}]
+            message = self._denied(debugged, 'UPDATE', gpu)
+            self.assertIn("ephemeral container 'debugger' "
+                          '(spec.ephemeralContainers[0]): ' + reason,
+                          message)
+        debugged = copy.deepcopy(gpu)
+        debugged['spec']['ephemeralContainers'] = [{
+            'name': 'debugger', 'image': 'busybox'}]
+        self.assertTrue(self._review(debugged, 'UPDATE', gpu)['allowed'])
+
     # -- stated needs over HTTP ------------------------------------------
 
     def test_stated_needs_and_raw_resources_must_agree(self) -> None:

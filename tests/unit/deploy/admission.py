@@ -98,6 +98,13 @@ def webhook_call(webhook: dict[str, Any], req: dict[str, Any]) -> str:
     return CALLED
 
 
+def webhook_rules_match(webhook: dict[str, Any], req: dict[str, Any]
+                        ) -> bool:
+    """Whether one of the webhook's ``rules`` selects the request
+    (operation, and resource with its subresource)."""
+    return any(_rule_matches(r, req) for r in webhook['rules'])
+
+
 def _rule_matches(rule: dict[str, Any], req: dict[str, Any]) -> bool:
     resource = req['resource']['resource']
     if req['subResource']:

@@ -119,6 +119,45 @@ class MatchConditionsTest(testtools.TestCase):
         self.assertEqual(['CREATE', 'UPDATE'],
                          self.webhook['rules'][0]['operations'])
 
+    def test_needs_stated_per_container_are_sent(self) -> None:
+        for key in ('workload.gpu.amd.com/train',
+                    'decision.gpu.amd.com/train',
+                    'decision-reason.gpu.amd.com/train'):
+            self.assertEqual(admission.CALLED, self.call(pod(annotations={
+                key: 'x'})), key)
+        # other owners' keys, and look-alikes, are not ours
+        for key in ('example.org/workload.gpu.amd.com',
+                    'notgpu.amd.com/train', 'gpu.amd.com.example.org/x'):
+            self.assertEqual(admission.SKIPPED, self.call(pod(annotations={
+                key: 'x'})), key)
+
+    def test_kubectl_debug_is_reviewed(self) -> None:
+        # pods/ephemeralcontainers: an UPDATE of the whole Pod
+        gpu = pod(limits={'amd.com/gpu': '1', 'amd.com/gpucores': '50'})
+        debugged = pod(limits={'amd.com/gpu': '1',
+                               'amd.com/gpucores': '50'})
+        debugged['spec']['ephemeralContainers'] = [{
+            'name': 'debugger', 'image': 'busybox',
+            'securityContext': {'privileged': True}}]
+        request = admission.request('UPDATE', debugged, gpu,
+                                    subresource='ephemeralcontainers')
+        self.assertTrue(admission.webhook_rules_match(self.webhook, request))
+        self.assertEqual(admission.CALLED,
+                         admission.webhook_call(self.webhook, request))
+        # an unrelated pod's debug container costs no call
+        plain = pod()
+        request = admission.request('UPDATE', dict(plain, spec=dict(
+            plain['spec'], ephemeralContainers=[{'name': 'd'}])), plain,
+            subresource='ephemeralcontainers')
+        self.assertTrue(admission.webhook_rules_match(self.webhook, request))
+        self.assertEqual(admission.SKIPPED,
+                         admission.webhook_call(self.webhook, request))
+        # the other subresources stay out (status is the kubelet's)
+        for sub in ('status', 'binding', 'exec', 'resize'):
+            self.assertFalse(admission.webhook_rules_match(
+                self.webhook, admission.request(
+                    'UPDATE', gpu, gpu, subresource=sub)), sub)
+
     def test_hostile_shapes_never_reject_unrelated_pods(self) -> None:
         # an error would follow failurePolicy Fail and block the pod
         odd = [
@@ -174,9 +213,8 @@ class MatchConditionsTest(testtools.TestCase):
                           {'object': {'metadata': {}}})
 
 
-class AllocationAnnotationsPolicyTest(testtools.TestCase):
-    """(a) only the project's accounts write HAMi's allocation
-    annotations on pods."""
+class _AllocationPolicyTest(testtools.TestCase):
+    """(a) the policy on HAMi's allocation annotations and label."""
 
     def setUp(self) -> None:
         super().setUp()
@@ -186,6 +224,77 @@ class AllocationAnnotationsPolicyTest(testtools.TestCase):
               **kwargs: Any) -> admission.Decision:
         return admission.admit(self.policy, admission.request(
             operation, obj, old, **kwargs))
+
+
+class AllocationLabelsPolicyTest(_AllocationPolicyTest):
+    """(a) only the project's accounts write HAMi's allocation label on
+    pods (``hami.io/vgpu-node``, by which a node's pods are selected)."""
+
+    def test_the_names_are_hamis(self) -> None:
+        (keys,) = [v for v in self.policy['spec']['variables']
+                   if v['name'] == 'labelKeys']
+        self.assertEqual(list(hami.ALLOCATION_LABELS),
+                         cel.evaluate(keys['expression'], {}))
+
+    def test_tenant_cannot_set_change_or_remove_it(self) -> None:
+        placed = pod(labels={hami.VGPU_NODE: 'n1', 'app': 'x'}, node='n1')
+        for operation, new, old in (
+                ('CREATE', pod(labels={hami.VGPU_NODE: 'n1'}), None),
+                ('UPDATE', pod(labels={hami.VGPU_NODE: 'n2', 'app': 'x'},
+                               node='n1'), placed),
+                ('UPDATE', pod(labels={'app': 'x'}, node='n1'), placed),
+                ('UPDATE', pod(node='n1'), placed),
+                ('UPDATE', pod(labels={hami.VGPU_NODE: ''}), pod())):
+            decision = self.admit(operation, new, old)
+            self.assertFalse(decision.allowed, (operation, new))
+            self.assertEqual('user alice may not set, change or remove the '
+                             'GPU allocation label hami.io/vgpu-node of a '
+                             'pod: only the amdgpu-virt service accounts '
+                             'write it', decision.message)
+        decision = self.admit('UPDATE', pod(labels={hami.VGPU_NODE: 'n2'},
+                                            node='n1'), placed,
+                              subresource='status')
+        self.assertFalse(decision.allowed)
+
+    def test_everything_else_and_the_project_may(self) -> None:
+        placed = pod(labels={hami.VGPU_NODE: 'n1'}, node='n1')
+        self.assertTrue(self.admit('UPDATE', pod(labels={
+            hami.VGPU_NODE: 'n1', 'app': 'y',
+            hami.WEBHOOK_LABEL: hami.WEBHOOK_IGNORE}, node='n1'),
+            placed).allowed)
+        # the annotation of the same name is not the label
+        self.assertFalse(self.admit('UPDATE', pod(
+            labels={hami.VGPU_NODE: 'n1'},
+            annotations={hami.VGPU_NODE: 'n1'}, node='n1'), placed).allowed)
+        for user in (SCHEDULER, NODE):
+            self.assertTrue(self.admit('UPDATE', pod(labels={
+                hami.VGPU_NODE: 'n2'}), pod(), username=user).allowed, user)
+        self.assertFalse(self.admit(
+            'UPDATE', pod(labels={hami.VGPU_NODE: 'n2'}), pod(),
+            username='system:serviceaccount:tenant-a:amdgpu-virt-node'
+        ).allowed)
+
+    def test_hostile_input(self) -> None:
+        many = {'example.org/k%05d' % n: 'v' for n in range(5000)}
+        self.assertTrue(self.admit('UPDATE', pod(labels=many),
+                                   pod()).allowed)
+        many[hami.VGPU_NODE] = 'n1'
+        self.assertFalse(self.admit('UPDATE', pod(labels=many),
+                                    pod()).allowed)
+        bare = {'apiVersion': 'v1', 'kind': 'Pod', 'metadata': {}}
+        self.assertTrue(self.admit('UPDATE', bare, bare).allowed)
+        binding = {'apiVersion': 'v1', 'kind': 'Binding',
+                   'metadata': {'name': 'job'},
+                   'target': {'kind': 'Node', 'name': 'n1'}}
+        self.assertTrue(self.admit('CREATE', binding,
+                                   username='system:kube-scheduler',
+                                   subresource='binding',
+                                   kind='Binding').allowed)
+
+
+class AllocationAnnotationsPolicyTest(_AllocationPolicyTest):
+    """(a) only the project's accounts write HAMi's allocation
+    annotations on pods."""
 
     def test_the_names_are_hamis(self) -> None:
         (keys,) = [v for v in self.policy['spec']['variables']

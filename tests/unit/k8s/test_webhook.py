@@ -333,3 +333,115 @@ class RobustnessTest(testtools.TestCase):
             self.assertIn('request', str(err))
             return
         self.assertIn(out['response']['allowed'], (True, False))
+
+
+def _debug(pod: dict[str, Any], **container: Any) -> dict[str, Any]:
+    """``pod`` with an ephemeral container, as ``kubectl debug`` adds it
+    through ``pods/ephemeralcontainers`` (the whole Pod, kind Pod)."""
+    new = copy.deepcopy(pod)
+    new['spec'].setdefault('ephemeralContainers', []).append(
+        {'name': 'debugger-%d' % len(new['spec'].get(
+            'ephemeralContainers', [])), 'image': 'busybox',
+         'targetContainerName': 'main', **container})
+    return new
+
+
+class EphemeralContainerTest(testtools.TestCase):
+    """``kubectl debug`` on a GPU pod gets no GPU, no plugin variable and
+    no privilege."""
+
+    def _update(self, new: dict[str, Any], old: dict[str, Any],
+                user: str = 'alice') -> dict[str, Any]:
+        body = _review(new, 'UPDATE')
+        body['request'].update(oldObject=old, subResource=
+                               'ephemeralcontainers',
+                               userInfo={'username': user})
+        response: dict[str, Any] = webhook.review(body, POLICY, {})[
+            'response']
+        return response
+
+    def _denied(self, new: dict[str, Any], old: dict[str, Any],
+                user: str = 'alice') -> str:
+        response = self._update(new, old, user)
+        self.assertFalse(response['allowed'], response)
+        return str(response['status']['message'])
+
+    def test_a_plain_debug_container_joins(self) -> None:
+        gpu = _pod({'amd.com/gpu': '1', 'amd.com/gpucores': '50'})
+        self.assertEqual({'uid': 'u-1', 'allowed': True},
+                         self._update(_debug(gpu, env=[
+                             {'name': 'PS1', 'value': '$ '}]), gpu))
+
+    def test_no_gpu_no_plugin_variable_no_privilege(self) -> None:
+        gpu = _pod({'amd.com/gpu': '1', 'amd.com/gpucores': '50'})
+        attacks = {
+            'resources.limits[amd.com/gpu]: an ephemeral container gets '
+            'no GPU': {'resources': {'limits': {'amd.com/gpu': '1'}}},
+            'resources.requests[amd.com/gpucores]': {
+                'resources': {'requests': {'amd.com/gpucores': '100'}}},
+            'env[0] (HSA_CU_MASK): set by the GPU device plugin': {
+                'env': [{'name': 'HSA_CU_MASK', 'value': '0:0-303'}]},
+            'env[1] (HIP_DEVICE_MEMORY_LIMIT_0)': {'env': [
+                {'name': 'A'}, {'name': 'HIP_DEVICE_MEMORY_LIMIT_0',
+                                'value': '999g'}]},
+            'env[0] (ROCR_VISIBLE_DEVICES)': {'env': [
+                {'name': 'ROCR_VISIBLE_DEVICES', 'value': '0,1,2,3'}]},
+            "envFrom[0] (prefix ''): its keys could set": {
+                'envFrom': [{'configMapRef': {'name': 'cfg'}}]},
+            'securityContext.privileged: a privileged container sees '
+            'every GPU of the node, so it may not join a GPU pod': {
+                'securityContext': {'privileged': True}},
+        }
+        for reason, container in attacks.items():
+            message = self._denied(_debug(gpu, **container), gpu)
+            self.assertIn("ephemeral container 'debugger-0' "
+                          '(spec.ephemeralContainers[0]): ' + reason,
+                          message)
+        # nor as the project's own accounts
+        self.assertIn('privileged', self._denied(_debug(
+            gpu, securityContext={'privileged': True}), gpu,
+            user=webhook.DEFAULT_ALLOCATION_WRITERS[0]))
+
+    def test_gpu_pods_are_known_by_any_sign(self) -> None:
+        stated = _pod()
+        stated['metadata']['annotations'] = {
+            'workload.gpu.amd.com/main': 'compute: 10%'}
+        held = _pod()
+        held['metadata']['annotations'] = {'hami.io/amd-devices-allocated':
+                                           'GPU-1,AMD,1024,30:;'}
+        for gpu in (_pod({'amd.com/gpucores': '10'}), stated, held,
+                    _pod(initContainers=[{'name': 'i', 'resources': {
+                        'requests': {'amd.com/gpu': '1'}}}])):
+            self.assertIn('privileged', self._denied(_debug(
+                gpu, securityContext={'privileged': True}), gpu))
+        # a pod without GPUs is not this webhook's business
+        plain = _pod({'cpu': '1'})
+        self.assertTrue(self._update(_debug(
+            plain, securityContext={'privileged': True}, env=[
+                {'name': 'HSA_CU_MASK', 'value': '0:0'}]), plain)[
+            'allowed'])
+
+    def test_only_the_added_container_is_judged(self) -> None:
+        # one added before this webhook judged them stays; the next is
+        # judged on its own
+        gpu = _debug(_pod({'amd.com/gpu': '1'}), securityContext={
+            'privileged': True})
+        self.assertTrue(self._update(_debug(gpu), gpu)['allowed'])
+        self.assertIn("'debugger-1' (spec.ephemeralContainers[1])",
+                      self._denied(_debug(gpu, env=[
+                          {'name': 'LD_AUDIT', 'value': ''}]), gpu))
+        # a hostile shape is no container
+        odd = copy.deepcopy(gpu)
+        odd['spec']['ephemeralContainers'] = ['x', None, 7]
+        self.assertTrue(self._update(odd, gpu)['allowed'])
+        odd['spec']['ephemeralContainers'] = {'name': 'x'}
+        self.assertTrue(self._update(odd, gpu)['allowed'])
+
+    def test_on_create_too(self) -> None:
+        # the API server refuses them at creation; the webhook says why
+        pod = _debug(_pod({'amd.com/gpu': '1'}), env=[
+            {'name': 'HSA_CU_MASK', 'value': '0:0'}])
+        response = _decide(pod)
+        self.assertFalse(response['allowed'])
+        self.assertIn("ephemeral container 'debugger-0'",
+                      response['status']['message'])

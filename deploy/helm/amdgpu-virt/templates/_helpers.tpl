@@ -40,6 +40,11 @@ CEL list literal */}}
 ['hami.io/amd-devices-to-allocate', 'hami.io/amd-devices-allocated', 'hami.io/amd-cu-allocated', 'hami.io/vgpu-node', 'hami.io/vgpu-time', 'hami.io/bind-phase', 'hami.io/bind-time']
 {{- end -}}
 
+{{- /* HAMi's allocation labels on pods (amdgpu_virt.sharing.hami.ALLOCATION_LABELS). */}}
+{{- define "amdgpu-virt.allocationLabels" -}}
+['hami.io/vgpu-node']
+{{- end -}}
+
 {{- define "amdgpu-virt.configPath" -}}
 /etc/amdgpu_virt/amdgpu-virt.conf
 {{- end -}}
