@@ -171,14 +171,16 @@ class NodeLocker:
             value = annotations.get(hami.NODE_LOCK)
             now = self.clock()
             held = self.holder(value, now, node, '%s/%s' % (
-                namespace, pod), annotations.get(LOCK_UID)) \
+                namespace, pod), pods.lock_uid(annotations)) \
                 if value else None
             if held is None:
+                lock = hami.encode_node_lock(hami.NodeLock(now, namespace,
+                                                           pod))
                 body = {'metadata': {
                     'resourceVersion': meta.get('resourceVersion'),
-                    'annotations': {hami.NODE_LOCK: hami.encode_node_lock(
-                        hami.NodeLock(now, namespace, pod)),
-                        LOCK_UID: uid or None}}}
+                    'annotations': {hami.NODE_LOCK: lock, LOCK_UID:
+                                    pods.encode_lock_uid(uid, lock)
+                                    if uid else None}}}
                 try:
                     pods.call('PATCH node %s' % node, self.api.patch_node,
                               node, body, _content_type=pods.MERGE_PATCH,

@@ -20,9 +20,27 @@ from amdgpu_virt.sharing import hami
 LOG = logging.getLogger(__name__)
 
 MERGE_PATCH = 'application/merge-patch+json'
-#: node annotation next to HAMi's node lock: the UID of the pod the lock
-#: was taken for (written and removed with the lock)
+#: node annotation next to HAMi's node lock: ``<pod UID> <lock value>``,
+#: the UID of the pod the lock was taken for (written and removed with
+#: the lock; the lock value pairs it with that very lock, so a lock
+#: another writer such as HAMi's scheduler took over is not given a UID
+#: that is not its own)
 LOCK_UID = 'amdgpu-virt.io/node-lock-uid'
+
+
+def encode_lock_uid(uid: str, lock_value: str) -> str:
+    """The :data:`LOCK_UID` value for ``uid`` holding ``lock_value``."""
+    return '%s %s' % (uid, lock_value)
+
+
+def lock_uid(annotations: Mapping[str, Any]) -> str | None:
+    """The UID the node lock in ``annotations`` was taken for, or None
+    (no UID, or one written for another lock value)."""
+    value, lock = annotations.get(LOCK_UID), annotations.get(hami.NODE_LOCK)
+    if not isinstance(value, str) or not isinstance(lock, str):
+        return None
+    uid, _sep, held = value.partition(' ')
+    return uid if uid and held == lock else None
 
 
 #: calls the API, converting every error (see :func:`.client.call`)
@@ -117,8 +135,7 @@ class KubernetesPodSource(PodSource):
     def node_lock_holder(self) -> tuple[str | None, str | None]:
         annotations = self._node().get('metadata', {}).get(
             'annotations') or {}
-        return (annotations.get(hami.NODE_LOCK),
-                annotations.get(LOCK_UID))
+        return annotations.get(hami.NODE_LOCK), lock_uid(annotations)
 
     def pods_on_node(self) -> list[dict[str, Any]]:
         response = call(
@@ -159,7 +176,7 @@ class KubernetesPodSource(PodSource):
                 lock = None
             if lock is not None and not lock.held_by(namespace, name):
                 return
-            held_for = annotations.get(LOCK_UID)
+            held_for = lock_uid(annotations)
             if uid and held_for and held_for != uid:
                 return   # the lock of another pod of that name
             body = {'metadata': {'resourceVersion': meta.get(

@@ -184,10 +184,12 @@ class HamiAllocateTest(testtools.TestCase):
     def _lock(self, name: str, uid: str | None = None) -> None:
         """The lock as the extender's bind takes it (with the UID when
         given)."""
+        value = '%s,team,%s' % (hami.format_rfc3339(
+            datetime.datetime.now(datetime.UTC)), name)
         self.kube.api.patch_node('n1', {'metadata': {'annotations': {
-            hami.NODE_LOCK: '%s,team,%s' % (hami.format_rfc3339(
-                datetime.datetime.now(datetime.UTC)), name),
-            pods.LOCK_UID: uid}}})
+            hami.NODE_LOCK: value,
+            pods.LOCK_UID: pods.encode_lock_uid(uid, value) if uid
+            else None}}})
 
     def _lock_value(self) -> str | None:
         node = self.kube.server.get_object('nodes', 'n1')

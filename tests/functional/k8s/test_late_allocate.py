@@ -66,8 +66,7 @@ class LateAllocateTest(testtools.TestCase):
     def _lock(self) -> tuple[str | None, str | None]:
         annotations = self.server.get_object('nodes', 'n1')['metadata'].get(
             'annotations') or {}
-        return annotations.get(hami.NODE_LOCK), annotations.get(
-            pods.LOCK_UID)
+        return annotations.get(hami.NODE_LOCK), pods.lock_uid(annotations)
 
     def _cus(self, response: Any) -> int:
         return cumask.parse_hsa_cu_mask(
