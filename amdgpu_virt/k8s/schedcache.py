@@ -15,19 +15,17 @@ annotation write returned, when the pod is deleted, or when the write
 failed.
 
 Each node's view carries a summary (free CUs, free memory and free slots
-per GPU, idle GPUs) and the node sits in two bucketed indexes kept as
-views change: by the most free CUs one GPU with a free slot has (in
-1/:data:`BUCKETS` of a GPU) and by its idle GPUs. With a
+per GPU, idle GPUs) and the node sits in the bucketed indexes of
+:mod:`amdgpu_virt.k8s.cacheindex`, kept as views change. With a
 :class:`~amdgpu_virt.sharing.packing.Mix` (the fragmentation score), a
 ``binpack`` pod is only tried on nodes whose bucket can hold it, tightest
 first, and placed where the expected fragmentation grows least among the
 first ``candidates`` nodes that fit: a decision does not rescan the
 cluster.
 
-Bad annotations written by someone else never stop the cache: a device
-that cannot be read is left out of its node; a node whose registration
-cannot be read at all offers nothing; a live pod whose allocation cannot
-be read makes its node take nothing more until it is fixed or gone (fail
+Bad annotations written by someone else never stop the cache (see
+:mod:`amdgpu_virt.k8s.cacheentry`): a live pod whose allocation cannot be
+read makes its node take nothing more until it is fixed or gone (fail
 closed: its usage is unknown). Each is logged once per change.
 """
 
@@ -35,18 +33,18 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
-import functools
-import json
 import logging
 import operator
 import threading
-from collections.abc import Callable
 from collections.abc import Iterable
 from collections.abc import Mapping
 from collections.abc import Sequence
 from typing import Any
 
-from amdgpu_virt import exception
+from amdgpu_virt.k8s import cacheentry
+from amdgpu_virt.k8s import cacheindex
+from amdgpu_virt.k8s import cachepack
+from amdgpu_virt.k8s import cacheviews
 from amdgpu_virt.k8s import fit
 from amdgpu_virt.sharing import allocator
 from amdgpu_virt.sharing import hami
@@ -54,67 +52,22 @@ from amdgpu_virt.sharing import packing
 
 LOG = logging.getLogger(__name__)
 
-DONE_PHASES = ('Succeeded', 'Failed')
-#: buckets of the free-CU index (one per 1/BUCKETS of a GPU)
-BUCKETS = 32
-_MISSING = object()
-_UNKNOWN = ('node unknown to the extender (no such node, or the cache is '
-            'not up to date yet)')
+# the entries, their decoders and the index buckets, where they were first
+# declared (importers of this module keep working)
+DONE_PHASES = cacheentry.DONE_PHASES
+NodeEntry = cacheentry.NodeEntry
+PodEntry = cacheentry.PodEntry
+decode_node = cacheentry.decode_node
+decode_pod = cacheentry.decode_pod
+pod_key = cacheentry.pod_key
+_rv = cacheentry._rv
+BUCKETS = cacheindex.BUCKETS
+share_bucket = cacheindex.share_bucket
+idle_bucket = cacheindex.idle_bucket
+free_bucket = cacheindex.free_bucket
+buckets_of = cacheindex.buckets_of
+_UNKNOWN = cacheindex.UNKNOWN
 
-
-@functools.lru_cache(maxsize=4096)
-def _cus(percent: int, devcore: int, unit: int) -> int:
-    return hami.percent_to_cus(percent, devcore, unit)
-
-
-def share_bucket(view: fit.NodeView) -> int:
-    """The free-CU bucket of ``view`` (-1: no GPU takes a share)."""
-    if view.problem:
-        return -1
-    best = max((f.cus for f in view.frees if f.slot and f.mem > 0),
-               default=0.0)
-    return int(best * BUCKETS) if best > 0 else -1
-
-
-def idle_bucket(view: fit.NodeView) -> int:
-    """The idle-GPU bucket of ``view`` (0: none idle, or a problem)."""
-    return 0 if view.problem else view.idle_gpus
-
-
-def free_bucket(view: fit.NodeView) -> int:
-    """Free CUs of the whole node in quarters of a GPU (the order within
-    the other buckets: the tightest nodes first)."""
-    return int(4 * (view.partial_free + view.idle_gpus))
-
-
-def buckets_of(view: fit.NodeView) -> tuple[int, int, int]:
-    """(share bucket, idle bucket, free bucket) of ``view``."""
-    return share_bucket(view), idle_bucket(view), free_bucket(view)
-
-
-_Index = dict[int, dict[int, dict[str, None]]]
-
-
-@dataclasses.dataclass(frozen=True)
-class NodeEntry:
-    """What a node registers: its usable AMD devices, or why none."""
-
-    name: str
-    devices: tuple[hami.DeviceInfo, ...]
-    problem: str | None = None
-
-
-@dataclasses.dataclass(frozen=True)
-class PodEntry:
-    """A live pod holding (or about to hold) AMD GPUs of a node."""
-
-    key: str
-    node: str
-    devices: hami.PodDevices
-    cu_masks: Mapping[str, int] | None = None
-    problem: str | None = None
-    resource_version: int | None = None
-    value: str = ''
 
 
 @dataclasses.dataclass
@@ -125,118 +78,6 @@ class _Reservation:
     #: resourceVersion the annotation write returned (None: in flight)
     resource_version: int | None = None
 
-
-def _rv(obj: Mapping[str, Any]) -> int | None:
-    value = (obj.get('metadata') or {}).get('resourceVersion')
-    try:
-        return int(str(value))
-    except (TypeError, ValueError):
-        return None
-
-
-def pod_key(obj: Mapping[str, Any]) -> str:
-    meta = obj.get('metadata') or {}
-    return '%s/%s' % (meta.get('namespace', ''), meta.get('name', ''))
-
-
-def decode_node(obj: Mapping[str, Any],
-                resource: str = hami.RESOURCE_GPU) -> NodeEntry:
-    """A node's usable AMD devices; never raises on bad annotations."""
-    meta = obj.get('metadata') or {}
-    name = str(meta.get('name', ''))
-    annotations = meta.get('annotations') or {}
-    value = annotations.get(hami.NODE_REGISTER) \
-        if isinstance(annotations, Mapping) else None
-    if not isinstance(value, str):
-        return NodeEntry(name, ())
-    capacity = ((obj.get('status') or {}).get('capacity') or {}).get(
-        resource)
-    if capacity is not None and str(capacity) == '0':
-        return NodeEntry(name, (), 'node reports %s capacity 0 (device '
-                         'plugin down or every GPU unhealthy)' % resource)
-    try:
-        devices = hami.decode_node_register(value)
-    except exception.HamiProtocolError as err:
-        salvaged = _salvage(name, value)
-        if salvaged is None:
-            LOG.warning('node %s: %s unreadable, offering nothing: %s',
-                        name, hami.NODE_REGISTER, err)
-            return NodeEntry(name, (), 'unreadable %s: %s' % (
-                hami.NODE_REGISTER, err))
-        devices = salvaged
-    usable = []
-    seen: set[str] = set()
-    for device in devices:
-        problem = fit.usable_device(device)
-        if problem is None and device.id.lower() in seen:
-            problem = 'registered twice'
-        if problem:
-            LOG.warning('node %s: device %r of %s skipped: %s', name,
-                        device.id, hami.NODE_REGISTER, problem)
-            continue
-        seen.add(device.id.lower())
-        usable.append(device)
-    return NodeEntry(name, tuple(usable))
-
-
-def _salvage(name: str, value: str) -> tuple[hami.DeviceInfo, ...] | None:
-    """The readable entries of a JSON registration with bad ones."""
-    try:
-        entries = json.loads(value)
-    except (ValueError, RecursionError):
-        return None
-    if not isinstance(entries, list):
-        return None
-    devices: list[hami.DeviceInfo] = []
-    for number, entry in enumerate(entries):
-        try:
-            devices.extend(hami.decode_node_register(json.dumps([entry])))
-        except (exception.HamiProtocolError, TypeError, ValueError) as bad:
-            LOG.warning('node %s: device %d of %s skipped: %s', name,
-                        number, hami.NODE_REGISTER, bad)
-    return tuple(devices)
-
-
-def decode_pod(obj: Mapping[str, Any]) -> PodEntry | None:
-    """The GPUs a live pod holds, or None when it holds none.
-
-    A bad allocation annotation gives an entry with ``problem`` set (its
-    node then takes nothing more); it never raises.
-    """
-    meta = obj.get('metadata') or {}
-    annotations = meta.get('annotations') or {}
-    if not isinstance(annotations, Mapping):
-        return None
-    key_name = hami.DEVICES_ALLOCATED
-    value = annotations.get(key_name)
-    if value is None:
-        key_name = hami.DEVICES_TO_ALLOCATE
-        value = annotations.get(key_name)
-    if value is None:
-        return None
-    spec = obj.get('spec') or {}
-    node = spec.get('nodeName') or annotations.get(hami.VGPU_NODE)
-    if not node or (obj.get('status') or {}).get('phase') in DONE_PHASES:
-        return None
-    key = pod_key(obj)
-    rv = _rv(obj)
-    try:
-        if not isinstance(value, str):
-            raise exception.HamiProtocolError(key=key_name, value=value,
-                                              reason='not a string')
-        devices = hami.decode_pod_devices(value, key_name)
-        masks = None
-        cu_value = annotations.get(hami.CU_ALLOCATED)
-        if cu_value:
-            masks = hami.decode_cu_allocated(str(cu_value))
-    except exception.HamiProtocolError as err:
-        LOG.warning('pod %s: %s; node %s takes no more GPU pods until it '
-                    'is fixed or gone', key, err, node)
-        return PodEntry(key, str(node), (), None,
-                        'pod %s carries an unreadable annotation (%s); '
-                        'nothing more is placed on this node until it is '
-                        'fixed or gone' % (key, err), rv, '')
-    return PodEntry(key, str(node), devices, masks, None, rv, value)
 
 
 class ClusterCache:
@@ -257,27 +98,14 @@ class ClusterCache:
         self.resource = resource
         self.mix = mix
         self.candidates = max(1, candidates)
-        #: name -> (share bucket, idle bucket) of each indexed node
-        self._bucket_of: dict[str, tuple[int, int, int]] = {}
-        #: share bucket or idle GPUs -> free bucket -> node names
-        self._shares: _Index = {}
-        self._idle: _Index = {}
-        #: (node signature, request shape) -> its best placement's cost
-        self._costs: dict[tuple[Any, Any], Any] = {}
-        self._cost_score: packing.Score | None = None
+        self._packer = None if mix is None else cachepack.Packer(
+            mix, self.candidates, self.strategy)
+        self._viewer = cacheviews.ViewBuilder(self.strategy)
+        #: the views' buckets, shapes and problems
+        self.index = cacheindex.NodeIndex()
         #: the last candidate names and what they resolved to
         self._names: Sequence[str] | None = None
         self._wanted: tuple[set[str], set[str]] = (set(), set())
-        #: most memory of one GPU (request memory as a fraction), fewest
-        #: CUs of one GPU
-        self.reference_mem = 0
-        self._min_devcore = allocator.MAX_CUS
-        #: nodes by registration shape (GPU memory sizes), for the
-        #: "never fits" answers
-        self._shapes: dict[tuple[int, ...], dict[str, None]] = {}
-        self._shape_of: dict[str, tuple[int, ...]] = {}
-        #: nodes that take nothing now, and why
-        self._problems: dict[str, str] = {}
         self.lock = threading.RLock()
         self._nodes: dict[str, NodeEntry] = {}
         self._pods: dict[str, PodEntry] = {}
@@ -291,12 +119,15 @@ class ClusterCache:
         #: (rank, name) of every view, sorted, for each node policy
         self._by_binpack: list[tuple[float, str]] = []
         self._by_spread: list[tuple[float, str]] = []
-        #: nodes that register no AMD GPU (and have no problem)
-        self._without_gpus: set[str] = set()
         self.nodes_synced = threading.Event()
         self.pods_synced = threading.Event()
 
     # -- state ----------------------------------------------------------
+
+    @property
+    def reference_mem(self) -> int:
+        """Most memory of one GPU seen (request memory as a fraction)."""
+        return self.index.reference_mem
 
     @property
     def synced(self) -> bool:
@@ -351,19 +182,21 @@ class ClusterCache:
             self._dirty.add(name)
 
     def replace_nodes(self, objs: Iterable[Mapping[str, Any]]) -> None:
-        entries = [decode_node(obj, self.resource) for obj in objs]
+        """A fresh list of nodes (API objects)."""
+        self.load_nodes([decode_node(obj, self.resource) for obj in objs])
+
+    def load_nodes(self, entries: Iterable[NodeEntry]) -> None:
+        """A fresh list of nodes, decoded (see
+        :func:`.cachelist.node_page`); the views are built at once when
+        the pods are listed too."""
         with self.lock:
             self._nodes = {entry.name: entry for entry in entries}
             self._views.clear()
-            self._bucket_of.clear()
-            self._shares.clear()
-            self._idle.clear()
-            self._shapes.clear()
-            self._shape_of.clear()
-            self._problems.clear()
+            self.index.clear()
             self._names = None
             self._dirty = set(self._nodes)
             self.nodes_synced.set()
+            self._prime()
 
     def set_pod(self, obj: Mapping[str, Any]) -> None:
         entry = decode_pod(obj)
@@ -398,35 +231,61 @@ class ClusterCache:
 
     def replace_pods(self, objs: Iterable[Mapping[str, Any]],
                      list_rv: int | None = None) -> None:
-        """A fresh list: every pod entry is replaced; reservations the
-        list already shows end."""
+        """A fresh list of pods (API objects): every pod entry is
+        replaced; reservations the list already shows end."""
+        self.load_pods(((pod_key(obj), decode_pod(obj)) for obj in objs),
+                       list_rv)
+
+    def load_pods(self, listing: Iterable[tuple[str, PodEntry | None]],
+                  list_rv: int | None = None) -> None:
+        """A fresh list of pods, decoded: (key, entry or None) of every
+        listed pod (see :func:`.cachelist.pod_page`). The views are built
+        at once when the nodes are listed too."""
         pods: dict[str, PodEntry] = {}
-        listed: set[str] = set()
-        for obj in objs:
-            entry = decode_pod(obj)
+        #: listed pods that hold no GPU (the others are in ``pods``)
+        others: set[str] = set()
+        for key, entry in listing:
             if entry is None:
-                listed.add(pod_key(obj))
+                others.add(key)
             else:
-                listed.add(entry.key)
-                pods[entry.key] = entry
+                pods[key] = entry
         with self.lock:
             self._pods = pods
-            for key, reservation in list(self._reserved.items()):
+            reserved = self._reserved
+            for key, reservation in list(reserved.items()):
                 if reservation.resource_version is not None and (
-                        key not in listed or list_rv is not None and
+                        key not in pods and key not in others or
+                        list_rv is not None and
                         reservation.resource_version <= list_rv):
-                    del self._reserved[key]
+                    del reserved[key]
             # every placement afresh (what _refresh does, key by key)
-            self._by_node.clear()
-            self._placed.clear()
+            placed = self._placed
+            placed.clear()
+            for key, entry in pods.items():
+                if key not in reserved:
+                    placed[key] = entry.node
+            for key, reservation in reserved.items():
+                if reservation.node is not None:
+                    placed[key] = reservation.node
+            by_node: dict[str, set[str]] = {}
+            for key, node in placed.items():
+                keys = by_node.get(node)
+                if keys is None:
+                    by_node[node] = {key}
+                else:
+                    keys.add(key)
+            self._by_node = by_node
             self._dirty = set(self._nodes)
-            for key in pods.keys() | self._reserved.keys():
-                node = self._effective(key)[0]
-                if node is not None:
-                    self._placed[key] = node
-                    self._by_node.setdefault(node, set()).add(key)
-                    self._dirty.add(node)
+            self._dirty.update(by_node)
             self.pods_synced.set()
+            self._prime()
+
+    def _prime(self) -> None:
+        """Build every view once both lists are in (lock held), so the
+        first decision does not, and a list that pauses the collector
+        pauses it for the views too."""
+        if self.nodes_synced.is_set() and self.pods_synced.is_set():
+            self._sync_views()
 
     # -- views and decisions --------------------------------------------
 
@@ -438,7 +297,7 @@ class ClusterCache:
                 self._dirty - self._nodes.keys():
             self._names = None   # the known nodes change
         for name in self._dirty:
-            self._unindex(name)
+            self.index.remove(name, name not in self._nodes)
             old = self._views.pop(name, None)
             if old is not None and not full:
                 for ranks, key in ((self._by_binpack, old.rank_binpack),
@@ -448,68 +307,19 @@ class ClusterCache:
                         del ranks[index]
             entry = self._nodes.get(name)
             if entry is None:
-                self._without_gpus.discard(name)
                 continue
             view = self._build(entry)
             self._views[name] = view
-            self._index(view)
+            self.index.add(view)
             if not full:
                 bisect.insort(self._by_binpack, view.rank_binpack)
                 bisect.insort(self._by_spread, view.rank_spread)
-            if view.gpus or view.problem:
-                self._without_gpus.discard(name)
-            else:
-                self._without_gpus.add(name)
         self._dirty.clear()
         if full:
             self._by_binpack = sorted(v.rank_binpack
                                       for v in self._views.values())
             self._by_spread = sorted(v.rank_spread
                                      for v in self._views.values())
-
-    def _index(self, view: fit.NodeView) -> None:
-        for gpu in view.gpus:
-            if gpu.info.devmem > self.reference_mem:
-                self.reference_mem = gpu.info.devmem
-            if gpu.info.devcore < self._min_devcore:
-                self._min_devcore = gpu.info.devcore
-        if view.problem:
-            self._problems[view.name] = view.problem
-        elif view.gpus:
-            shape = tuple(sorted(g.info.devmem for g in view.gpus))
-            self._shape_of[view.name] = shape
-            self._shapes.setdefault(shape, {})[view.name] = None
-        buckets = buckets_of(view)
-        self._bucket_of[view.name] = buckets
-        if buckets[0] >= 0:
-            self._shares.setdefault(buckets[0], {}).setdefault(
-                buckets[2], {})[view.name] = None
-        if buckets[1]:
-            self._idle.setdefault(buckets[1], {}).setdefault(
-                buckets[2], {})[view.name] = None
-
-    def _unindex(self, name: str) -> None:
-        self._problems.pop(name, None)
-        shape = self._shape_of.pop(name, None)
-        if shape is not None:
-            group = self._shapes[shape]
-            group.pop(name, None)
-            if not group:
-                del self._shapes[shape]
-        buckets = self._bucket_of.pop(name, None)
-        if buckets is None:
-            return
-        for index, key in ((self._shares, buckets[0]),
-                           (self._idle, buckets[1])):
-            row = index.get(key)
-            if row is None:
-                continue
-            names = row[buckets[2]]
-            del names[name]
-            if not names:
-                del row[buckets[2]]
-                if not row:
-                    del index[key]
 
     def index_snapshot(self) -> dict[str, tuple[int, int, int]]:
         """name -> (share bucket, idle bucket, free bucket) of every node
@@ -518,20 +328,7 @@ class ClusterCache:
         with self.lock:
             if self._dirty:
                 self._sync_views()
-            shares: dict[str, tuple[int, int]] = {}
-            idle: dict[str, tuple[int, int]] = {}
-            for index, found in ((self._shares, shares),
-                                 (self._idle, idle)):
-                for key, row in index.items():
-                    for free, names in row.items():
-                        for name in names:
-                            found[name] = (key, free)
-            result = {}
-            for name in shares.keys() | idle.keys():
-                free = (shares.get(name) or idle[name])[1]
-                result[name] = (shares.get(name, (-1, 0))[0],
-                                idle.get(name, (0, 0))[0], free)
-            return result
+            return self.index.snapshot()
 
     def view(self, name: str) -> fit.NodeView | None:
         """The node's view, or None when the node is unknown."""
@@ -543,13 +340,25 @@ class ClusterCache:
     def _build(self, entry: NodeEntry) -> fit.NodeView:
         problem = entry.problem
         usages: list[fit.PodUsage] = []
+        reserved = self._reserved
+        pods = self._pods
+        # what _effective gives, key by key
         for key in sorted(self._by_node.get(entry.name, ())):
-            _node, devices, masks, pod_problem = self._effective(key)
-            if pod_problem and not problem:
-                problem = pod_problem
-            usages.append((key, devices, masks))
-        return fit.build_view(entry.name, entry.devices, usages,
-                              self.strategy, problem)
+            reservation = reserved.get(key)
+            if reservation is not None:
+                usages.append((key, reservation.devices, None))
+                continue
+            pod = pods.get(key)
+            if pod is None:
+                usages.append((key, (), None))
+                continue
+            if pod.problem and not problem:
+                problem = pod.problem
+            usages.append((key, pod.devices, pod.cu_masks))
+        if self._viewer.strategy is not self.strategy:
+            self._viewer = cacheviews.ViewBuilder(self.strategy)
+        return self._viewer.build(entry.name, entry.devices, usages,
+                                  problem)
 
     def views(self, names: Iterable[str]
               ) -> tuple[list[fit.NodeView], list[str]]:
@@ -623,26 +432,28 @@ class ClusterCache:
         if self._dirty:
             self._sync_views()
         known, unknown = self._known(names)
-        unresolvable = self._unresolvable(request, known, unknown)
-        if self.mix is not None and request.node_policy == 'binpack':
-            return self._decide_packed(request, known, unresolvable)
+        unresolvable = self.index.unresolvable(request, known, unknown,
+                                                 self._views)
+        if self._packer is not None and request.node_policy == 'binpack':
+            return self._packer.decide(request, known, unresolvable,
+                                       self.index, self._views)
         ranks = self._by_spread if request.node_policy == 'spread' \
             else self._by_binpack
         views = self._views
-        if self._candidate_count(request) * 8 < len(ranks):
+        if self.index.candidate_count(request) * 8 < len(ranks):
             rank = operator.attrgetter(
                 'rank_spread' if request.node_policy == 'spread'
                 else 'rank_binpack')
             ordered: Iterable[fit.NodeView] = sorted(
-                (views[name] for name in self._candidate_names(request)
+                (views[name] for name in self.index.candidate_names(request)
                  if name in known and name not in unresolvable), key=rank)
         else:
             # many may hold it: down the ranking, skipping by bucket
-            eligible = self._eligible(request)
+            eligible = self.index.eligible(request)
             ordered = (views[name] for _rank, name in ranks
                        if name in known and name not in unresolvable
                        and eligible(name))
-        failed = self._closed(known)
+        failed = self.index.closed(known)
         for view in ordered:
             result = fit.quick_reject(view, request) or fit.fit_node(
                 view, request, self.strategy)
@@ -655,225 +466,11 @@ class ClusterCache:
             failed[view.name] = result
         return self._no_fit(request, known, failed, unresolvable)
 
-    def _unresolvable(self, request: fit.PodRequest, known: set[str],
-                      unknown: set[str]) -> dict[str, str]:
-        """Known nodes that can never take ``request`` as registered, by
-        registration shape, and the unknown ones."""
-        result = dict.fromkeys(unknown, _UNKNOWN)
-        none = 'no AMD GPU registered in %s' % hami.NODE_REGISTER
-        for name in self._without_gpus:
-            if name in known:
-                result[name] = none
-        for group in self._shapes.values():
-            first = next(iter(group))
-            reason = fit._never_fits(self._views[first], request)
-            if reason is None:
-                continue
-            for name in group:
-                if name in known:
-                    # the reason names the node's own sizes: all alike
-                    result[name] = reason
-        return result
-
-    def _closed(self, known: set[str]) -> dict[str, str]:
-        """The known nodes that take nothing now, with why."""
-        return {name: problem for name, problem in self._problems.items()
-                if name in known}
-
     def _no_fit(self, request: fit.PodRequest, known: set[str],
                 failed: dict[str, str],
                 unresolvable: dict[str, str]) -> fit.Decision:
-        return fit.Decision(None, fit.Reasons(
-            known, failed, functools.partial(self._summary_reason, request),
-            unresolvable), unresolvable)
-
-    def _thresholds(self, request: fit.PodRequest) -> tuple[int, int]:
-        """(idle GPUs, share bucket) a node needs to hold ``request``:
-        whole GPUs by idle GPUs, else shares by the free-CU bucket."""
-        idle = sum(w.nums for w in request.containers
-                   if w.nums and w.exclusive)
-        if idle:
-            return idle, 0
-        need = min((w.percent for w in request.containers if w.nums),
-                   default=100)
-        # percent_to_cus floors: a GPU may take 1 CU less than the percent
-        return 0, max(0, int((need / 100 - 1 / max(1, self._min_devcore))
-                             * BUCKETS))
-
-    def _candidate_count(self, request: fit.PodRequest) -> int:
-        idle, first = self._thresholds(request)
-        if idle:
-            index, low = self._idle, idle
-        else:
-            index, low = self._shares, first
-        return sum(len(names) for key, row in index.items() if key >= low
-                   for names in row.values())
-
-    def _eligible(self, request: fit.PodRequest) -> Callable[[str], bool]:
-        idle, first = self._thresholds(request)
-        buckets = self._bucket_of
-        if idle:
-            return lambda name: name in buckets and buckets[name][1] >= idle
-        return lambda name: name in buckets and buckets[name][0] >= first
-
-    def _candidate_names(self, request: fit.PodRequest) -> Iterable[str]:
-        """Nodes whose buckets may hold ``request``, tightest first."""
-        idle, first = self._thresholds(request)
-        if idle:
-            for count in sorted(self._idle):
-                if count >= idle:
-                    row = self._idle[count]
-                    for free in sorted(row):
-                        yield from row[free]
-            return
-        for bucket in range(first, BUCKETS + 1):
-            shares = self._shares.get(bucket)
-            if shares:
-                for free in sorted(shares):
-                    yield from shares[free]
-
-    @staticmethod
-    def _fast_key(score: packing.Score, view: fit.NodeView,
-                  want: fit.ContainerRequest) -> Any:
-        """(fragmentation added, free left) of the best placement of a
-        one-container request on ``view`` from its summary, or None when
-        no GPU holds it (the same for every node of the same
-        signature)."""
-        if want.exclusive:
-            left = view.idle_gpus - want.nums
-            if left < 0:
-                return None
-            partial = view.partial_free
-            cost = score.whole_fragment(left, partial) - \
-                score.whole_fragment(view.idle_gpus, partial)
-            return (round(cost, 9), float(left))
-        best = None
-        for gpu, free in zip(view.healthy, view.frees, strict=True):
-            info = gpu.info
-            if gpu.used_slots >= info.count:
-                continue
-            cus = _cus(want.percent, info.devcore, gpu.unit)
-            mem = want.mem or info.devmem
-            if gpu.usable_cores < cus or gpu.free_mem < mem or \
-                    mem > info.devmem:
-                continue
-            cost = packing.share_cost(
-                score, free, cus / info.devcore, mem / info.devmem,
-                gpu.used_slots + 1 < info.count, view.idle_gpus,
-                view.partial_free, mem)
-            key = (round(cost, 9), free.cus - cus / info.devcore)
-            if best is None or key < best:
-                best = key
-        return best
-
-    def _decide_packed(self, request: fit.PodRequest, known: set[str],
-                       unresolvable: dict[str, str]) -> fit.Decision:
-        """The placement that grows expected fragmentation least, among
-        the first nodes of the indexes that hold the request."""
-        assert self.mix is not None
-        score = self.mix.score
-        if score is not self._cost_score:
-            self._costs.clear()
-            self._cost_score = score
-        gpu_score = score if not request.gpu_policy_set or \
-            request.gpu_policy == 'binpack' else None
-        wants = [w for w in request.containers if w.nums]
-        fast = gpu_score is not None and not request.filtered and \
-            len(wants) == 1 and (wants[0].exclusive or wants[0].nums == 1)
-        shape = (wants[0].nums, wants[0].percent, wants[0].mem,
-                 wants[0].exclusive) if fast else None
-        views = self._views
-        failed = self._closed(known)
-        found: list[tuple[Any, fit.NodeView, fit.NodeFit | None]] = []
-        for name in self._candidate_names(request):
-            if name not in known or name in unresolvable:
-                continue
-            view = views[name]
-            if shape is not None:
-                memo = (view.signature, shape)
-                cost = self._costs.get(memo, _MISSING)
-                if cost is _MISSING:
-                    cost = self._fast_key(score, view, wants[0])
-                    if len(self._costs) > 1 << 16:
-                        self._costs.clear()
-                    self._costs[memo] = cost
-                key = None if cost is None else \
-                    (*cost, -view.usage, view.name)
-                if key is None:
-                    failed[name] = fit.quick_reject(view, request) or \
-                        'container %r (%s): no GPU holds it' % (
-                            wants[0].name, wants[0].describe())
-                    continue
-                found.append((key, view, None))
-            else:
-                result = fit.quick_reject(view, request) or fit.fit_node(
-                    view, request, self.strategy, gpu_score)
-                if isinstance(result, str):
-                    failed[name] = result
-                    continue
-                found.append((self._placement_key(score, view, result),
-                              view, result))
-            if len(found) >= self.candidates:
-                break
-        found.sort(key=lambda item: item[0])
-        for _key, view, placement in found:
-            result = placement or fit.fit_node(view, request, self.strategy,
-                                               gpu_score)
-            if isinstance(result, fit.NodeFit):
-                return fit.chosen_decision(
-                    result, known, failed, unresolvable, (),
-                    'node %s was chosen (least fragmentation among the '
-                    'nodes that fit)' % result.node)
-            failed[view.name] = result
-        return self._no_fit(request, known, failed, unresolvable)
-
-    @staticmethod
-    def _placement_key(score: packing.Score, view: fit.NodeView,
-                       placement: fit.NodeFit) -> Any:
-        index = {gpu.info.id: n for n, gpu in enumerate(view.healthy)}
-        changes: dict[int, packing.GpuFree] = {}
-        taken = 0.0
-        for container in placement.containers:
-            for used in container:
-                n = index[used.uuid]
-                gpu = view.healthy[n]
-                info = gpu.info
-                before = changes.get(n, view.frees[n])
-                share = used.usedcores / info.devcore
-                taken += share
-                changes[n] = packing.after(
-                    before, share, used.usedmem / info.devmem,
-                    gpu.used_slots + 1 < info.count, used.usedmem)
-        cost = packing.placement_cost(score, view.frees, changes)
-        left = sum(f.cus for f in view.frees) - taken
-        return (round(cost, 9), left, -view.usage, view.name)
-
-    def _summary_reason(self, request: fit.PodRequest, name: str) -> str:
-        """Why the node's summary rules ``request`` out (nodes the
-        indexes skipped)."""
-        view = self._views.get(name)
-        if view is None:
-            return _UNKNOWN
-        reason = fit.quick_reject(view, request)
-        if reason:
-            return reason
-        for want in request.containers:
-            if not want.nums:
-                continue
-            if want.exclusive:
-                if view.idle_gpus < want.nums:
-                    return 'container %r (%s): in use (a whole GPU was ' \
-                        'asked): %d of %d GPUs idle' % (
-                            want.name, want.describe(), view.idle_gpus,
-                            len(view.gpus))
-                continue
-            largest = max((g.usable_cores for g in view.healthy
-                           if g.used_slots < g.info.count), default=0)
-            return 'container %r (%s): too few free CUs or too little ' \
-                'free memory (at most %d CUs on a GPU with a free slot, ' \
-                '%d MiB on one GPU)' % (want.name, want.describe(),
-                                        largest, view.max_free_mem)
-        return 'does not fit'
+        return cachepack.no_fit(self._views, request, known, failed,
+                                unresolvable)
 
     def confirm(self, key: str, resource_version: int | None) -> None:
         """The annotations of ``key`` were written at this version."""

@@ -20,8 +20,7 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import orjson
-
+from amdgpu_virt.k8s import cachelist
 from amdgpu_virt.k8s import schedcache
 
 LOG = logging.getLogger(__name__)
@@ -30,17 +29,8 @@ ListFunc = Callable[..., Any]
 EventFunc = Callable[[str, dict[str, Any]], None]
 
 
-def _loads(data: bytes | str) -> Any:
-    """A list page: the fast decoder, or the standard one for what the
-    fast one refuses (NaN, lone surrogates), so a page lists if and only
-    if it did before. The fast decoder reads integers past 64 bits as
-    floats; the cache reads only strings from nodes and pods (names,
-    annotations, phase, resourceVersion, capacity quantities), so no
-    answer changes."""
-    try:
-        return orjson.loads(data)
-    except orjson.JSONDecodeError:
-        return json.loads(data)
+#: a list page decoder (see :mod:`amdgpu_virt.k8s.cachelist`)
+PageFunc = Callable[[bytes | str], cachelist.Page]
 
 
 class Watcher:
@@ -49,7 +39,8 @@ class Watcher:
     :param name: what is watched (for logs), e.g. ``pods``.
     :param list_func: a ``CoreV1Api`` list method (called with
         ``_preload_content=False``; with ``watch=True`` for the stream).
-    :param on_list: called with the listed items and the list's version.
+    :param on_list: called with the listed items (what ``decode`` made of
+        them) and the list's version.
     :param on_event: called with (type, object) of each event.
     :param timeout: seconds a watch request lasts before it is renewed.
     :param after_list: called after each list has been applied.
@@ -57,6 +48,8 @@ class Watcher:
     :param pause_collector: pause the cyclic garbage collector while a
         list is read and applied (see :func:`collector_paused`; this acts
         on the whole process, so only the process's owner asks for it).
+    :param decode: decodes a page into its version, continue token and
+        items (default: the items as dicts).
     """
 
     #: a list longer than this is refused (a server sending continue
@@ -64,13 +57,15 @@ class Watcher:
     max_pages = 100000
 
     def __init__(self, name: str, list_func: ListFunc,
-                 on_list: Callable[[list[dict[str, Any]], int | None], None],
+                 on_list: Callable[[list[Any], int | None], None],
                  on_event: EventFunc,
                  timeout: int = 300, backoff: float = 1.0,
                  after_list: Callable[[], None] | None = None,
                  page_size: int = 500,
-                 pause_collector: bool = False) -> None:
+                 pause_collector: bool = False,
+                 decode: PageFunc = cachelist.json_page) -> None:
         self.name = name
+        self.decode = decode
         self.pause_collector = pause_collector
         self.page_size = page_size
         self.list_func = list_func
@@ -115,7 +110,7 @@ class Watcher:
             return self._list_pages()
 
     def _list_pages(self) -> str:
-        items: list[dict[str, Any]] = []
+        items: list[Any] = []
         version: str | None = None
         token = ''
         pages = 0
@@ -125,13 +120,12 @@ class Watcher:
                 kwargs['limit'] = self.page_size
             if token:
                 kwargs['_continue'] = token
-            data = _loads(self.list_func(**kwargs).data)
-            meta = data.get('metadata') or {}
+            page_version, token, page_items = self.decode(
+                self.list_func(**kwargs).data)
             if version is None:
-                version = str(meta.get('resourceVersion') or '')
-            items.extend(data.get('items') or [])
+                version = page_version
+            items.extend(page_items)
             pages += 1
-            token = str(meta.get('continue') or '')
             if not token or not self.page_size:
                 break
             if pages > self.max_pages:
@@ -258,9 +252,11 @@ def watchers(cache: schedcache.ClusterCache, core_api: Any,
     """
     return (
         Watcher('nodes', core_api.list_node,
-                lambda items, _rv: cache.replace_nodes(items),
+                lambda entries, _rv: cache.load_nodes(entries),
                 node_event(cache), timeout, after_list=after_list,
-                pause_collector=pause_collector),
+                pause_collector=pause_collector,
+                decode=cachelist.node_page(cache.resource)),
         Watcher('pods', core_api.list_pod_for_all_namespaces,
-                cache.replace_pods, pod_event(cache), timeout,
-                after_list=after_list, pause_collector=pause_collector))
+                cache.load_pods, pod_event(cache), timeout,
+                after_list=after_list, pause_collector=pause_collector,
+                decode=cachelist.pod_page))

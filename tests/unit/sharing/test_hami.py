@@ -9,6 +9,7 @@ import testtools
 from amdgpu_virt import exception
 from amdgpu_virt.sharing import allocator
 from amdgpu_virt.sharing import hami
+from amdgpu_virt.sharing.hami import pods as hami_pods
 
 MI300X_VF = (
     '{"id":"8eff74b5-0000-1000-801b-b56457addd1b","index":0,"count":10,'
@@ -246,7 +247,7 @@ class PodDevicesTest(testtools.TestCase):
             self.assertIn(key, str(err))
         # long values are decoded each time, with the same answer
         long_value = 'gpu-0,AMD,1,2:' * 100 + ';'
-        self.assertGreater(len(long_value), hami._MEMO_CHARS)
+        self.assertGreater(len(long_value), hami_pods._MEMO_CHARS)
         self.assertEqual(hami.decode_pod_devices(long_value),
                          hami.decode_pod_devices(long_value))
         self.assertEqual(100, len(hami.decode_pod_devices(long_value)[0]))
@@ -460,3 +461,39 @@ class WholePercentTest(testtools.TestCase):
                                'HIP_DEVICE_MEMORY_LIMIT*'),
                               ('APP_', None), ('HSA_X', None)):
             self.assertEqual(clash, hami.plugin_env_clash(prefix), prefix)
+
+
+class TestParts(testtools.TestCase):
+    """The package re-exports every public name of its parts, and no part
+    declares a name another one declares (one vocabulary)."""
+
+    def test_every_public_name_is_declared_once_and_exported(self):
+        import ast
+        import importlib
+        import inspect
+
+        seen: dict[str, str] = {}
+        for part in ('names', 'percent', 'register', 'pods', 'lock'):
+            module = importlib.import_module(
+                'amdgpu_virt.sharing.hami.%s' % part)
+            for node in ast.parse(inspect.getsource(module)).body:
+                if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+                    declared = [node.name]
+                elif isinstance(node, ast.Assign):
+                    declared = [t.id for t in node.targets
+                                if isinstance(t, ast.Name)]
+                elif isinstance(node, ast.AnnAssign) and \
+                        isinstance(node.target, ast.Name):
+                    declared = [node.target.id]
+                else:
+                    continue
+                for name in declared:
+                    self.assertNotIn(name, seen, '%s declared in %s and %s'
+                                     % (name, seen.get(name), part))
+                    seen[name] = part
+                    if not name.startswith('_'):
+                        self.assertIs(getattr(module, name),
+                                      getattr(hami, name), name)
+                        self.assertIn(name, hami.__all__)
+        self.assertEqual(sorted(hami.__all__),
+                         sorted(n for n in seen if not n.startswith('_')))
