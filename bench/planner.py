@@ -115,7 +115,10 @@ def run(hosts: int, gpus: int, workloads: int, seed: int,
     fleet = make_fleet(hosts, gpus, seed)
     items = make_workloads(workloads, seed + 1)
     built = time.perf_counter() - t0
-    result = {'hosts': hosts, 'workloads': workloads, 'built_s': built}
+    result = {'hosts': hosts, 'workloads': workloads, 'built_s': built,
+              # the inputs alone: the fleet's inventories and workloads
+              'input_rss_mib': resource.getrusage(
+                  resource.RUSAGE_SELF).ru_maxrss / 1024}
     for label, seconds in (('greedy', 0.0), ('improved', improve)):
         if label == 'improved' and not improve:
             break
@@ -149,8 +152,10 @@ def report(r: dict) -> None:
     g = r['greedy']
     print('fleet: %d hosts, %d GPUs; %d workloads (built in %.2f s)'
           % (r['hosts'], g['gpus'], r['workloads'], r['built_s']))
-    print('plan time: %.2f s wall, %.2f s CPU; peak RSS %.0f MiB'
-          % (g['wall_s'], g['cpu_s'], r['peak_rss_mib']))
+    print('plan time: %.2f s wall, %.2f s CPU; peak RSS %.0f MiB (%.0f MiB '
+          'before planning: the inventories and workloads)'
+          % (g['wall_s'], g['cpu_s'], r['peak_rss_mib'],
+             r['input_rss_mib']))
     print('placed: %d of %d (%s); unschedulable %d, never %d'
           % (g['placed'], r['workloads'], ', '.join(
               '%s %d' % i for i in g['placed_by_kind'].items()),
@@ -191,16 +196,17 @@ def scale(sizes: list[int], per_host: int, args: argparse.Namespace) -> None:
              '--improve-tries', str(args.improve_tries), '--json'],
             check=True, capture_output=True, text=True).stdout
         rows.append(json.loads(out))
-    print('%7s %9s %9s %9s %9s %8s %9s %10s' % (
-        'hosts', 'workloads', 'wall s', 'CPU s', 'peak MiB', 'placed',
-        'priority', 'improved'))
+    print('%7s %9s %9s %9s %9s %9s %8s %9s %10s' % (
+        'hosts', 'workloads', 'wall s', 'CPU s', 'peak MiB', 'input MiB',
+        'placed', 'priority', 'improved'))
     for r in rows:
         g = r['greedy']
         better = r.get('improved', {}).get('placed_priority')
-        print('%7d %9d %9.2f %9.2f %9.0f %7.1f%% %9d %10s' % (
+        print('%7d %9d %9.2f %9.2f %9.0f %9.0f %7.1f%% %9d %10s' % (
             r['hosts'], r['workloads'], g['wall_s'], g['cpu_s'],
-            r['peak_rss_mib'], 100 * g['placed'] / r['workloads'],
-            g['placed_priority'], '-' if better is None else better))
+            r['peak_rss_mib'], r['input_rss_mib'],
+            100 * g['placed'] / r['workloads'], g['placed_priority'],
+            '-' if better is None else better))
     for key in ('wall_s', 'cpu_s'):
         xs = [math.log(r['hosts']) for r in rows]
         ys = [math.log(r['greedy'][key]) for r in rows]

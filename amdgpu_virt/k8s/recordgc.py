@@ -81,6 +81,11 @@ class Collector:
             if isinstance(node, str) and node:
                 self._queue.put((node, uid))
 
+    def remove_later(self, node: str, uid: str) -> None:
+        """Queue the removal of pod ``uid``'s booking on ``node`` (one
+        whose removal failed elsewhere; the next sweep is the fallback)."""
+        self._queue.put((node, uid))
+
     def remove(self, node: str, uid: str) -> None:
         record = self.records.update(
             node, lambda record: allocrecord.without(record, uid))

@@ -9,11 +9,16 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, overload
 
 from amdgpu_virt.model import Kind
+from amdgpu_virt.policy.workload import MAX_CUS
 
 UNVERIFIED = 'unverified on real hardware'
+#: CU ids of a grant are below this: the most CUs a workload may ask of
+#: one GPU
+MAX_CU_ID = MAX_CUS
 
 
 class Code(str, enum.Enum):
@@ -115,9 +120,13 @@ def cu_ranges(cus: tuple[int, ...]) -> str:
 def parse_cu_ranges(text: str) -> tuple[int, ...]:
     """The CU ids of ``0-75,80``.
 
-    :raises ValueError: on a malformed list.
+    The ids are those of one GPU, so a list naming an id at or past
+    :data:`MAX_CU_ID` is refused before it is expanded (a crafted
+    ``0-999999999`` costs nothing).
+
+    :raises ValueError: on a malformed list, naming the part.
     """
-    result: list[int] = []
+    result: set[int] = set()
     for part in str(text).split(','):
         part = part.strip()
         if '-' in part:
@@ -125,14 +134,78 @@ def parse_cu_ranges(text: str) -> tuple[int, ...]:
             first, last = int(low), int(high)
             if last < first:
                 raise ValueError('range %r runs backwards' % part)
-            result.extend(range(first, last + 1))
         else:
-            result.append(int(part))
-    return tuple(sorted(set(result)))
+            first = last = int(part)
+        if first < 0 or last >= MAX_CU_ID:
+            raise ValueError('CU %r is outside 0..%d' % (part,
+                                                         MAX_CU_ID - 1))
+        result.update(range(first, last + 1))
+    return tuple(sorted(result))
 
 
 def _span(start: int, end: int) -> str:
     return str(start) if start == end else '%d-%d' % (start, end)
+
+
+class Trail(Sequence[Verdict]):
+    """The verdicts of one decision, kept compact, written out when read.
+
+    A plan of 200,000 workloads keeps a trail per decision, but ``explain``
+    reads one and ``plan -f json`` none: the filters' verdicts are shared
+    with every workload of the same shape (``head``), the planner's own
+    verdicts are kept as the numbers behind them (``args``) and are only
+    made into sentences by ``render(*args)`` when the trail is read; later
+    notes (``tail``) are kept as verdicts. A trail compares, hashes and
+    prints as the tuple of its verdicts, so it may stand wherever a tuple
+    of verdicts did.
+    """
+
+    __slots__ = ('head', 'render', 'args', 'tail')
+
+    def __init__(self, head: tuple[Verdict, ...],
+                 render: Callable[..., Sequence[Verdict]] | None = None,
+                 args: tuple[Any, ...] = (),
+                 tail: tuple[Verdict, ...] = ()) -> None:
+        self.head = head
+        self.render = render
+        self.args = args
+        self.tail = tail
+
+    def verdicts(self) -> tuple[Verdict, ...]:
+        """Every verdict, in order."""
+        middle = tuple(self.render(*self.args)) if self.render else ()
+        return self.head + middle + self.tail
+
+    def __iter__(self) -> Iterator[Verdict]:
+        return iter(self.verdicts())
+
+    def __len__(self) -> int:
+        return len(self.verdicts())
+
+    @overload
+    def __getitem__(self, index: int) -> Verdict: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> tuple[Verdict, ...]: ...
+
+    def __getitem__(self, index: int | slice) -> Verdict | tuple[
+            Verdict, ...]:
+        return self.verdicts()[index]
+
+    def __add__(self, other: Sequence[Verdict]) -> Trail:
+        return Trail(self.head, self.render, self.args,
+                     self.tail + tuple(other))
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, (Trail, tuple)):
+            return self.verdicts() == tuple(other)
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self.verdicts())
+
+    def __repr__(self) -> str:
+        return repr(self.verdicts())
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -145,7 +218,9 @@ class Decision:
     kind: Kind | None = None
     host: str | None = None
     grants: tuple[Grant, ...] = ()
-    trail: tuple[Verdict, ...] = ()
+    #: every rule's verdict (a tuple, or a :class:`Trail` that reads as
+    #: one)
+    trail: Sequence[Verdict] = ()
     score: float | None = None
     #: placed on a GPU whose driver differs from its host's family
     unverified: bool = False

@@ -53,7 +53,7 @@ class Judgement:
                      if any(o.kind is k for o in self.allowed))
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class Scored:
     """A candidate with its total score and each weigher's part."""
 
@@ -62,12 +62,13 @@ class Scored:
     parts: tuple[tuple[str, float, float], ...]
 
     def explain(self) -> str:
-        return _explain(self.score, self.parts)
+        return explain_parts(self.score, self.parts)
 
 
 @functools.lru_cache(maxsize=4096)
-def _explain(score: float, parts: tuple[tuple[str, float, float], ...]
-             ) -> str:
+def explain_parts(score: float, parts: tuple[tuple[str, float, float], ...]
+                  ) -> str:
+    """``score`` and each weigher's part of it, in words."""
     return '%.2f = %s' % (score, ' + '.join(
         '%s %.2f x %g' % (name, raw, mult)
         for name, raw, mult in parts) or 'no weighers')
@@ -94,9 +95,9 @@ class Engine:
             f for f in self.filters
             if type(f).gpu_refusal is not base.PolicyFilter.gpu_refusal]
         self._cache: dict[Any, Judgement] = {}
-        #: scores per (workload shape, candidate profile), when every
-        #: weigher reads only those
-        self._scores: dict[Any, tuple[float, Any]] | None = (
+        #: scores per workload shape, then per candidate profile, when
+        #: every weigher reads only those
+        self._scores: dict[Any, dict[Any, tuple[float, Any]]] | None = (
             {} if all(w.by_profile for w in self.weighers) else None)
         with _naming_option('[sharing] cu_strategy'):
             self.cu_strategy: cu_allocator.CuStrategy = plugins.load_driver(
@@ -181,9 +182,10 @@ class Engine:
 
     def score(self, workload: Workload,
               candidate: base.Candidate) -> Scored:
-        cache = self._scores
-        if cache is not None:
-            key = (workload.shape(), candidate.profile())
+        cache = None
+        if self._scores is not None:
+            cache = self._scores.setdefault(workload.shape(), {})
+            key = candidate.profile()
             hit = cache.get(key)
             if hit is not None:
                 return Scored(candidate, hit[0], hit[1])
@@ -201,7 +203,17 @@ class Engine:
         Ties go to the candidate granting less (GPU shares), then to the
         earlier one.
         """
-        scored = [self.score(workload, c) for c in candidates]
+        if self._scores is None:
+            scored = [self.score(workload, c) for c in candidates]
+        else:
+            cache = self._scores.get(workload.shape(), {})
+            scored = []
+            for c in candidates:
+                hit = cache.get(c.profile())
+                scored.append(self.score(workload, c) if hit is None
+                              else Scored(c, hit[0], hit[1]))
+        if len(scored) == 1:
+            return scored
 
         def granted(c: base.Candidate) -> float:
             return len(c.addresses) * max(

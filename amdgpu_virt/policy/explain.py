@@ -5,20 +5,24 @@
   shareable device), whatever is in use;
 * :func:`never_reasons`: a workload that can never fit, with the
   tightest reason; :func:`capacity_verdict`: one that does not fit now;
-* :func:`short` and :func:`free_text`: the reason of a placement in a
-  few words, and what was free where it went.
+* :func:`short`: the reason of a placement in a few words;
+  :func:`placed_verdicts`: its trail (the weighers' ranking, what was
+  free where it went, what it got), written out from the numbers
+  :func:`ranked_state` and :func:`free_state` keep.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from amdgpu_virt.model import GpuModel
 from amdgpu_virt.model import Kind
 from amdgpu_virt.model import Role
 from amdgpu_virt.policy import base
 from amdgpu_virt.policy import engine as av_engine
+from amdgpu_virt.policy.decision import Grant
 from amdgpu_virt.policy.decision import UNVERIFIED
 from amdgpu_virt.policy.decision import Verdict
 from amdgpu_virt.policy.workload import Platform
@@ -167,33 +171,118 @@ def capacity_verdict(state: FleetState, w: Workload, option: base.Option
     return Verdict('capacity', option.kind, False, text, name)
 
 
-def free_text(w: Workload, choice: Choice) -> str:
-    """What was free where the workload goes, before it went there."""
-    model = choice.view.model
-    parts = []
+#: tags of :func:`free_state` entries (each followed by its numbers)
+_CONVERT, _VFS, _SLICE, _WHOLE = range(4)
+
+
+def free_state(choice: Choice) -> list[Any]:
+    """What is free where the workload goes, before it goes there: per
+    GPU a tag, its address and the numbers (flat, for
+    :func:`placed_verdicts`)."""
+    state: list[Any] = []
     seen: set[int] = set()
     for gs, pool in zip(choice.gpus, choice.pools, strict=True):
         if id(gs) in seen:
             continue
         seen.add(id(gs))
         if gs in choice.convert:
-            parts.append('%s: unassigned, becomes %s' % (
-                gs.address, choice.role.value))
+            state += (_CONVERT, gs.address)
         elif choice.kind is Kind.VF:
-            parts.append('%s: %d of %d VFs free' % (
-                gs.address, len(gs.vf_free), gs.vf_count or 0))
+            state += (_VFS, gs.address, len(gs.vf_free), gs.vf_count or 0)
         elif choice.kind is Kind.CU and pool is not None:
-            parts.append('%s%s: %d of %d CUs and %d of %d MiB free' % (
-                gs.address, '' if pool.partition is None
-                else ' part %d' % pool.partition,
-                pool.alloc.free_count, pool.alloc.total, pool.mem_free,
-                pool.mem_total))
+            state += (_SLICE, gs.address, pool.partition,
+                      pool.alloc.free_count, pool.alloc.total,
+                      pool.mem_free, pool.mem_total)
         else:
-            parts.append('%s: free %s GPU' % (gs.address,
-                                              choice.role.value))
+            state += (_WHOLE, gs.address)
+    return state
+
+
+def _free_text(w: Workload, model: GpuModel, role: Role, host: str,
+               state: Sequence[Any]) -> str:
+    parts = []
+    i = 0
+    while i < len(state):
+        tag, address = state[i], state[i + 1]
+        if tag == _CONVERT:
+            parts.append('%s: unassigned, becomes %s' % (address,
+                                                         role.value))
+            i += 2
+        elif tag == _VFS:
+            parts.append('%s: %d of %d VFs free' % (address, state[i + 2],
+                                                    state[i + 3]))
+            i += 4
+        elif tag == _SLICE:
+            part, free, total, mem_free, mem_total = state[i + 2:i + 7]
+            parts.append('%s%s: %d of %d CUs and %d of %d MiB free' % (
+                address, '' if part is None else ' part %d' % part,
+                free, total, mem_free, mem_total))
+            i += 7
+        else:
+            parts.append('%s: free %s GPU' % (address, role.value))
+            i += 2
     return 'requested %d x (%d CUs, %d MiB) on %s; %s' % (
-        w.gpus, w.cus_on(model), w.memory_on(model), choice.host.name,
+        w.gpus, w.cus_on(model), w.memory_on(model), host,
         '; '.join(parts))
+
+
+def ranked_state(ranked: Sequence[av_engine.Scored],
+                 memo: dict[Any, Any]) -> list[Any]:
+    """The weighers' ranking of the candidates, flat (for
+    :func:`weigher_verdicts`): per candidate what its verdict shares with
+    others of its profile (kept once in ``memo``), its host and its
+    GPUs."""
+    state: list[Any] = []
+    for scored in ranked:
+        c = scored.candidate
+        key = (id(scored.parts), c.kind.value, c.in_role == len(
+            c.addresses), c.model.name, scored.score)
+        shared = memo.get(key)
+        if shared is None:
+            shared = memo[key] = (c.kind, key[2], c.model.name,
+                                  scored.score, scored.parts)
+        state += (shared, c.host, c.addresses)
+    return state
+
+
+def weigher_verdicts(state: Sequence[Any]) -> list[Verdict]:
+    """A verdict per ranked candidate of :func:`ranked_state`, best
+    first."""
+    verdicts = []
+    for i in range(0, len(state), 3):
+        shared, host, addresses = state[i:i + 3]
+        kind, in_role, model, score, parts = shared
+        verdicts.append(Verdict(
+            'weighers', kind, True, '%s on %s %s (%s): score %s' % (
+                kind.value, host, ','.join(addresses),
+                'in role' if in_role else 'converting',
+                av_engine.explain_parts(score, parts)), model))
+    return verdicts
+
+
+def placed_verdicts(w: Workload,
+                    kind_of: tuple[GpuModel, Kind, Role, bool], host: str,
+                    grants: Sequence[Grant], ranked: int, *state: Any
+                    ) -> list[Verdict]:
+    """The planner's verdicts of a placement, in words: the weighers'
+    ranking (the first ``ranked`` items of ``state``, from
+    :func:`ranked_state`), what was free where it went (the rest, from
+    :func:`free_state`), and what it got.
+
+    :param kind_of: the model, kind, role and whether it is unverified.
+    """
+    model, kind, role, unverified = kind_of
+    verdicts = weigher_verdicts(state[:ranked])
+    verdicts.append(Verdict('capacity', kind, True,
+                            _free_text(w, model, role, host,
+                                       state[ranked:]), model.name))
+    reason = '%s on %s: %s' % (kind.value, host, ', '.join(
+        '%s %s' % (g.address, g.describe()) for g in grants))
+    if unverified:
+        reason += ' (%s: mixed host drivers)' % UNVERIFIED
+    verdicts.append(Verdict('planner', kind, True, 'placed ' + reason,
+                            model.name))
+    return verdicts
 
 
 def first_refusals(trail: Sequence[Verdict]) -> str:

@@ -28,6 +28,7 @@ from amdgpu_virt.policy import engine as av_engine
 from amdgpu_virt.policy import state as st
 from amdgpu_virt.policy.decision import Code
 from amdgpu_virt.policy.decision import Decision
+from amdgpu_virt.policy.decision import Grant
 from amdgpu_virt.policy.decision import Verdict
 
 
@@ -63,6 +64,17 @@ class FleetState:
         self.failed: set[Any] = set()
         #: why-never verdicts per workload shape
         self.never: dict[Any, list[Verdict]] = {}
+        #: grow at every change of ``ready``, of the VF indexes and of the
+        #: shared devices (with :attr:`FreeIndex.version`, what a search
+        #: cached on them compares)
+        self.ready_version = 0
+        self.vf_version = 0
+        self.cu_version = 0
+        #: (idle devices, free fraction of the partly used ones, scores
+        #: of its devices per workload shape) of the shared GPUs per
+        #: (model, host), dropped at every change there
+        self.fragments: dict[tuple[str, str],
+                             tuple[int, float, dict[Any, Any]]] = {}
         order = 0
         for inv in hosts:
             if inv.hostname in self.hosts:
@@ -144,14 +156,17 @@ class FleetState:
         if role is Role.NOVA_VF:
             gs.vf_count = vf_count or self.vf_count_on(gs)
             gs.vf_free = list(range(gs.vf_count or 0))
+            gs.vf_owners = {}
             self.vf_update(gs)
         elif role is Role.K8S_SHARED:
             gs.make_pools(self.strategy, share_mode or gs.compute_mode)
+            self.cu_version += 1
             for pool in gs.pools:
                 self.cu_update(pool)
             self.shared_hosts.setdefault(model, {}).setdefault(
                 gs.host.name, []).append(gs)
         elif role in (Role.NOVA_DEDICATED, Role.K8S_DEDICATED) and gs.fixed:
+            self.ready_version += 1
             self.ready.setdefault((model, role), {}).setdefault(
                 gs.host.name, []).append(gs)
 
@@ -162,7 +177,9 @@ class FleetState:
         free CUs and free memory counted in CUs, so that a scan from a
         request's own balanced size finds pools that fit both.
         """
+        self.cu_version += 1
         gs = pool.gpu
+        self.fragments.pop((gs.model.name, gs.host.name), None)
         index = self.cu_index.setdefault(gs.model.name, st.PoolIndex())
         for each in gs.pools:
             value = 0
@@ -178,13 +195,18 @@ class FleetState:
         return -(-mib * (model.compute_units or 1) // (model.vram_mib or 1))
 
     def vf_update(self, gs: st.GpuState) -> None:
+        """Re-index ``gs`` by its free VFs, and its host by the free VFs
+        of its GPUs of that VF count (the host's figure moves by what the
+        GPU's moved)."""
+        self.vf_version += 1
         key = (gs.model.name, gs.vf_count or 0)
-        self.vf_index.setdefault(key, st.BucketIndex()).put(
-            gs, len(gs.vf_free))
-        total = sum(len(g.vf_free) for g in gs.host.gpus
-                    if g.role is Role.NOVA_VF and g.vf_count == gs.vf_count)
-        self.vf_hosts.setdefault(key, st.BucketIndex()).put(gs.host.name,
-                                                            total)
+        index = self.vf_index.setdefault(key, st.BucketIndex())
+        old = index.where.get(gs, 0)
+        free = len(gs.vf_free)
+        index.put(gs, free)
+        hosts = self.vf_hosts.setdefault(key, st.BucketIndex())
+        name = gs.host.name
+        hosts.put(name, hosts.where.get(name, 0) + free - old)
 
     # -- incremental mode -------------------------------------------------
 
@@ -241,57 +263,124 @@ class FleetState:
     def hold(self, decision: Decision, where: str) -> None:
         """Take exactly the grants of ``decision`` (GPUs in their roles).
 
-        :raises PlanError: a grant does not match the fleet or is taken.
+        A placement read from a state file or from the live cluster is
+        input, not truth: every grant is checked against the fleet before
+        it is taken, and a decision is held whole or not at all.
+
+        :raises PlanError: naming the workload and the GPU when a grant
+            names an unknown GPU, a GPU of another role, a VF, partition
+            or CU that does not exist or is taken, more memory than is
+            free, or a slice past ``[policy] max_slices_per_gpu``.
         """
         if decision.kind is None or decision.host is None:
             raise exception.PlanError(source=where,
                                       reason='kind and host are required')
-        for grant in decision.grants:
-            gs = self.gpu_at(decision.host, grant.address, where)
-            needed = {Kind.VF: (Role.NOVA_VF,), Kind.CU: (Role.K8S_SHARED,),
-                      Kind.DEDICATED: (Role.NOVA_DEDICATED,
-                                       Role.K8S_DEDICATED)}[decision.kind]
-            if gs.role not in needed:
-                raise exception.PlanError(
-                    source=where, reason='GPU %s of %s has role %s in the '
-                    'ledger, but a %s placement needs %s' % (
-                        gs.address, gs.host.name,
-                        gs.role.value if gs.role else 'none',
-                        decision.kind.value,
-                        ' or '.join(r.value for r in needed)))
-            if decision.kind is Kind.DEDICATED:
-                if gs.owner is not None:
-                    raise exception.PlanError(
-                        source=where, reason='GPU %s of %s is already held '
-                        'by %s' % (gs.address, gs.host.name, gs.owner))
-                gs.owner = decision.workload
-                self.unready(gs)
-            elif decision.kind is Kind.VF:
-                if grant.vf_index not in gs.vf_free:
-                    raise exception.PlanError(
-                        source=where, reason='VF %s of GPU %s of %s is not '
-                        'free (owner %s)' % (
-                            grant.vf_index, gs.address, gs.host.name,
-                            gs.vf_owners.get(grant.vf_index or 0)))
-                gs.vf_free.remove(grant.vf_index)
-                gs.vf_owners[grant.vf_index] = decision.workload
-                self.vf_update(gs)
-            else:
-                pool = next((p for p in gs.pools
-                             if p.partition == grant.partition), None)
-                if pool is None or grant.cus is None:
-                    raise exception.PlanError(
-                        source=where, reason='GPU %s of %s has no partition '
-                        '%s, or the grant lists no CUs' % (
-                            gs.address, gs.host.name, grant.partition))
-                try:
-                    pool.alloc.claim(decision.workload, grant.cus)
-                except exception.SharingError as err:
-                    raise exception.PlanError(source=where,
-                                              reason=str(err)) from None
-                pool.mem_free -= grant.memory_mib
-                gs.slices += 1
-                self.cu_update(pool)
+        if not decision.grants:
+            raise exception.PlanError(
+                source=where, reason='placement of %s lists no grants'
+                % decision.workload)
+        taken: list[tuple[st.GpuState, Grant]] = []
+        try:
+            for grant in decision.grants:
+                gs = self.gpu_at(decision.host, grant.address, where)
+                self._take(decision, gs, grant, where)
+                taken.append((gs, grant))
+        except exception.PlanError:
+            for gs, grant in reversed(taken):
+                self._give(decision, gs, grant)
+            raise
+
+    def _take(self, decision: Decision, gs: st.GpuState, grant: Grant,
+              where: str) -> None:
+        """Take one grant of ``decision`` on ``gs``, or refuse it (and
+        change nothing)."""
+        kind = decision.kind
+        needed = {Kind.VF: (Role.NOVA_VF,), Kind.CU: (Role.K8S_SHARED,),
+                  Kind.DEDICATED: (Role.NOVA_DEDICATED,
+                                   Role.K8S_DEDICATED)}[kind]  # type: ignore
+        gpu = 'GPU %s of %s' % (gs.address, gs.host.name)
+
+        def refuse(reason: str) -> exception.PlanError:
+            if decision.workload not in where:
+                reason = '%s: %s' % (decision.workload, reason)
+            return exception.PlanError(source=where, reason=reason)
+
+        if gs.role not in needed:
+            raise refuse('%s has role %s in the ledger, but a %s placement '
+                         'needs %s' % (
+                             gpu, gs.role.value if gs.role else 'none',
+                             kind.value,  # type: ignore[union-attr]
+                             ' or '.join(r.value for r in needed)))
+        if grant.memory_mib < 0 or grant.compute_units < 0:
+            raise refuse('%s: a grant of %d MiB and %d CUs is negative' % (
+                gpu, grant.memory_mib, grant.compute_units))
+        if kind is Kind.DEDICATED:
+            if gs.owner is not None:
+                raise refuse('%s is already held by %s' % (gpu, gs.owner))
+            gs.owner = decision.workload
+            self.unready(gs)
+        elif kind is Kind.VF:
+            index = grant.vf_index
+            count = gs.vf_count or 0
+            if index is None or not 0 <= index < count:
+                raise refuse('%s has VFs 0..%d, not %s' % (
+                    gpu, count - 1, 'none' if index is None else index))
+            if index not in gs.vf_free:
+                raise refuse('VF %d of %s is not free (owner %s)' % (
+                    index, gpu, gs.vf_owners.get(index)))
+            _cus, vf_mib = gs.vf_unit()
+            if vf_mib and grant.memory_mib > vf_mib:
+                raise refuse('VF %d of %s has %d MiB, not %d' % (
+                    index, gpu, vf_mib, grant.memory_mib))
+            gs.vf_free.remove(index)
+            gs.vf_owners[index] = decision.workload
+            self.vf_update(gs)
+        else:
+            pool = next((p for p in gs.pools
+                         if p.partition == grant.partition), None)
+            if pool is None or not grant.cus:
+                raise refuse('%s has no partition %s, or the grant lists '
+                             'no CUs' % (gpu, grant.partition))
+            if gs.slices >= self.max_slices:
+                raise refuse('%s already holds %d slices, the most '
+                             '[policy] max_slices_per_gpu allows' % (
+                                 gpu, gs.slices))
+            if grant.memory_mib > pool.mem_free:
+                raise refuse('%s%s has %d of %d MiB free, the grant needs '
+                             '%d' % (gpu, '' if pool.partition is None
+                                     else ' partition %d' % pool.partition,
+                                     pool.mem_free, pool.mem_total,
+                                     grant.memory_mib))
+            try:
+                pool.alloc.claim(decision.workload, grant.cus)
+            except exception.SharingError as err:
+                raise refuse(str(err)) from None
+            pool.mem_free -= grant.memory_mib
+            gs.slices += 1
+            self.cu_update(pool)
+
+    def _give(self, decision: Decision, gs: st.GpuState,
+              grant: Grant) -> None:
+        """Give one grant of ``decision`` on ``gs`` back."""
+        if decision.kind is Kind.DEDICATED:
+            gs.owner = None
+            if gs.fixed and gs.role is not None:
+                self.ready_version += 1
+                self.ready.setdefault((gs.model.name, gs.role), {}
+                                      ).setdefault(gs.host.name,
+                                                   []).append(gs)
+        elif decision.kind is Kind.VF:
+            del gs.vf_owners[grant.vf_index]  # type: ignore[arg-type]
+            gs.vf_free.append(grant.vf_index)  # type: ignore[arg-type]
+            gs.vf_free.sort()
+            self.vf_update(gs)
+        else:
+            pool = next(p for p in gs.pools
+                        if p.partition == grant.partition)
+            pool.alloc.release(decision.workload)
+            pool.mem_free += grant.memory_mib
+            gs.slices -= 1
+            self.cu_update(pool)
 
     def release(self, decision: Decision) -> list[tuple[st.GpuState,
                                                          Role, Any]]:
@@ -304,30 +393,14 @@ class FleetState:
             unassigned, for :meth:`restore`.
         """
         emptied: list[tuple[st.GpuState, Role, Any]] = []
-        seen: set[int] = set()
+        touched: dict[int, st.GpuState] = {}
         for grant in decision.grants:
             gs = self.gpu_at(decision.host or '', grant.address, 'release')
-            if decision.kind is Kind.DEDICATED:
-                gs.owner = None
-                if gs.fixed and gs.role is not None:
-                    self.ready.setdefault((gs.model.name, gs.role), {}
-                                          ).setdefault(gs.host.name,
-                                                       []).append(gs)
-            elif decision.kind is Kind.VF:
-                del gs.vf_owners[grant.vf_index]  # type: ignore[arg-type]
-                gs.vf_free.append(grant.vf_index)  # type: ignore[arg-type]
-                gs.vf_free.sort()
-                self.vf_update(gs)
-            else:
-                pool = next(p for p in gs.pools
-                            if p.partition == grant.partition)
-                pool.alloc.release(decision.workload)
-                pool.mem_free += grant.memory_mib
-                gs.slices -= 1
-                self.cu_update(pool)
-            if id(gs) in seen:
-                continue
-            seen.add(id(gs))
+            self._give(decision, gs, grant)
+            touched.setdefault(id(gs), gs)
+        # a GPU is empty once every grant on it is back (several VFs of
+        # one GPU are several grants)
+        for gs in touched.values():
             if not gs.fixed and gs.role is not None and not (
                     gs.owner or gs.vf_owners or gs.slices):
                 role = gs.role
@@ -356,6 +429,8 @@ class FleetState:
         model = gs.model.name
         host = gs.host
         gs.role = None
+        self.vf_version += 1
+        self.cu_version += 1
         if role is Role.NOVA_VF:
             self.vf_index[(model, gs.vf_count or 0)].put(gs, 0)
             count = gs.vf_count
@@ -363,10 +438,11 @@ class FleetState:
                         if g.role is Role.NOVA_VF and g.vf_count == count)
             self.vf_hosts[(model, count or 0)].put(host.name, total)
         elif role is Role.K8S_SHARED:
+            self.fragments.pop((model, host.name), None)
             index = self.cu_index[model]
             for pool in gs.pools:
                 index.put(pool, 0)
-            gs.pools = []
+            gs.pools = st.NO_POOLS  # type: ignore[assignment]
             shared = self.shared_hosts.get(model, {})
             on_host = shared.get(host.name, [])
             if gs in on_host:
@@ -374,8 +450,8 @@ class FleetState:
                 if not on_host:
                     del shared[host.name]
         gs.vf_count = None
-        gs.vf_free = []
-        gs.vf_owners = {}
+        gs.vf_free = st.NO_VFS  # type: ignore[assignment]
+        gs.vf_owners = st.NO_OWNERS  # type: ignore[assignment]
         gs.unverified = False
         gs.compute_mode = gs.gpu.compute_partition
         gs.memory_mode = gs.gpu.memory_partition
@@ -388,6 +464,7 @@ class FleetState:
         self.free.add(gs)
 
     def unready(self, gs: st.GpuState) -> None:
+        self.ready_version += 1
         hosts = self.ready.get((gs.model.name, gs.role))  # type: ignore
         if hosts and gs in hosts.get(gs.host.name, []):
             hosts[gs.host.name].remove(gs)

@@ -39,6 +39,7 @@ from amdgpu_virt.model import Role
 from amdgpu_virt.policy import state as st
 from amdgpu_virt.policy.decision import Code
 from amdgpu_virt.policy.decision import Decision
+from amdgpu_virt.policy.decision import Trail
 from amdgpu_virt.policy.decision import Verdict
 from amdgpu_virt.policy.workload import Workload
 
@@ -240,6 +241,8 @@ def _unindex(holders: dict[tuple[str, str], dict[str, None]],
 
 
 def _noted(d: Decision, text: str) -> Decision:
+    note = (Verdict('improve', d.kind, True, text),)
+    trail = d.trail + note if isinstance(d.trail, Trail) else \
+        Trail(tuple(d.trail), tail=note)
     return Decision(d.workload, d.code, d.reason, d.kind, d.host, d.grants,
-                    d.trail + (Verdict('improve', d.kind, True, text),),
-                    d.score, d.unverified, d.existing)
+                    trail, d.score, d.unverified, d.existing)

@@ -21,6 +21,7 @@ by :mod:`.report`.
 from __future__ import annotations
 
 import dataclasses
+import gc
 import itertools
 import logging
 import math
@@ -46,13 +47,14 @@ from amdgpu_virt.policy import state as st
 from amdgpu_virt.policy.decision import Code
 from amdgpu_virt.policy.decision import Decision
 from amdgpu_virt.policy.decision import Grant
-from amdgpu_virt.policy.decision import UNVERIFIED
+from amdgpu_virt.policy.decision import Trail
 from amdgpu_virt.policy.decision import Verdict
 from amdgpu_virt.policy.fleetstate import FleetState
 from amdgpu_virt.policy.result import Bound
 from amdgpu_virt.policy.result import Plan
 from amdgpu_virt.policy.workload import Platform
 from amdgpu_virt.policy.workload import Workload
+from amdgpu_virt.sharing import allocator as cu_allocator
 from amdgpu_virt.sharing import packing
 
 LOG = logging.getLogger(__name__)
@@ -97,6 +99,19 @@ class Planner(FleetState):
         self.packing: packing.Score | None = None
         #: short reasons per (shape, kind, unit, unverified)
         self._reasons: dict[Any, str] = {}
+        #: candidates per (shape, option), with the index versions they
+        #: were found at (see :meth:`_candidates`)
+        self._found: dict[Any, tuple[tuple[int, int], list[Choice]]] = {}
+        #: CU ids per bitmap given
+        self._cu_ids: dict[int, tuple[int, ...]] = {}
+        #: what the weighers' verdicts of one profile share
+        self._ranked: dict[Any, Any] = {}
+        #: a small number per workload shape, the key of the caches
+        #: above (a shape tuple of enums is slow to hash), and that of the
+        #: workload being placed
+        self._shapes: dict[Any, int] = {}
+        self._shape = -1
+        self._kinds: dict[Any, tuple[GpuModel, Kind, Role, bool]] = {}
 
     # -- candidates -------------------------------------------------------
 
@@ -142,7 +157,8 @@ class Planner(FleetState):
               in_role: int, unverified: bool) -> base.Candidate:
         return base.Candidate(
             kind=kind, model=model, host=host.name,
-            addresses=tuple(g.address for g in gpus),
+            addresses=(gpus[0].addresses if len(gpus) == 1
+                       else tuple(g.address for g in gpus)),
             numa_nodes=tuple(g.gpu.numa_node for g in gpus),
             unit_cus=unit[0], unit_mib=unit[1], in_role=in_role,
             unverified=unverified)
@@ -266,16 +282,27 @@ class Planner(FleetState):
         the host's shared devices, in fractions of a GPU), then the room
         left."""
         gs = pool.gpu
-        idle = 0
-        partial = 0.0
-        for other in self.shared_hosts.get(gs.model.name, {}).get(
-                gs.host.name, (gs,)):
-            for each in other.pools:
-                if each.alloc.used_count == 0 and \
-                        each.mem_free == each.mem_total:
-                    idle += 1
-                else:
-                    partial += each.alloc.free_count / (other.cus or 1)
+        where = (gs.model.name, gs.host.name)
+        known = self.fragments.get(where)
+        # kept per host until a device of the host changes (cu_update)
+        memo_key = (pool, self._shape)
+        if known is not None:
+            hit = known[2].get(memo_key)
+            if hit is not None:
+                return hit
+        else:
+            idle = 0
+            partial = 0.0
+            for other in self.shared_hosts.get(where[0], {}).get(
+                    where[1], (gs,)):
+                for each in other.pools:
+                    if each.alloc.used_count == 0 and \
+                            each.mem_free == each.mem_total:
+                        idle += 1
+                    else:
+                        partial += each.alloc.free_count / (other.cus or 1)
+            known = self.fragments[where] = (idle, partial, {})
+        idle, partial, memo = known
         free = packing.GpuFree(
             pool.alloc.free_count / (gs.cus or 1),
             pool.mem_free / (gs.vram or 1), gs.slices < self.max_slices,
@@ -286,7 +313,8 @@ class Planner(FleetState):
         cost = packing.share_cost(score, free, cus, mib / (gs.vram or 1),
                                   gs.slices + 1 < self.max_slices, idle,
                                   partial, mib)
-        return round(cost, 9), free.cus - cus
+        memo[memo_key] = result = (round(cost, 9), free.cus - cus)
+        return result
 
     def _spread_vfs(self, w: Workload, gpus: Sequence[st.GpuState],
                     n: int) -> tuple[st.GpuState, ...] | None:
@@ -346,13 +374,15 @@ class Planner(FleetState):
             index = self.cu_index.get(model.name)
             need = max(cus, -(-mib * (model.compute_units or 1)
                               // (model.vram_mib or 1)))
+            # an indexed device is on a k8s-shared GPU: only the GPU
+            # filters may refuse it (what _select would say for one GPU)
+            refusal = self.engine.gpu_refusal if self.checks_gpus else None
             picked = self._pick_pool(w, (
-                (pool, found) for pool in (
-                    index.fitting(need, mib) if index else ())
-                if pool.fits(cus, mib)
-                for found in [self._select(w, Kind.CU, Role.K8S_SHARED,
-                                           [pool.gpu], 1)]
-                if found is not None))
+                (pool, ((pool.gpu,), pool.gpu.unverified))
+                for pool in (index.fitting(need, mib) if index else ())
+                if pool.fits(cus, mib) and (
+                    refusal is None
+                    or refusal(w, Kind.CU, pool.gpu.gpu) is None)))
             if picked is not None:
                 pool, found = picked
                 gs = pool.gpu
@@ -369,6 +399,7 @@ class Planner(FleetState):
                 if not ready:
                     # look at the others first next time (round robin)
                     hosts[hostname] = hosts.pop(hostname)
+                    self.cu_version += 1
                     continue
                 spare = [g for g in host.gpus if g.role is None
                          and self._could_share(g, cus, mib)]
@@ -376,6 +407,7 @@ class Planner(FleetState):
                                      ready + spare, n)
                 if found is None:
                     hosts[hostname] = hosts.pop(hostname)
+                    self.cu_version += 1
                     continue
                 gpus, unv = found
                 convert = tuple(g for g in gpus if g.role is None)
@@ -397,20 +429,45 @@ class Planner(FleetState):
                 self._view(Kind.CU, model, host, gpus, unit, 0, unv)))
         return result
 
-    def _candidates(self, w: Workload, option: base.Option
-                    ) -> list[Choice]:
-        key = (w.shape(), option)
+    def _candidates(self, w: Workload, option: base.Option,
+                    shape: Any = None) -> list[Choice]:
+        """The candidates of ``w`` for ``option``.
+
+        They depend only on the workload's shape and on the indexes the
+        kind searches, so they are kept per (shape, option) with the
+        versions of those indexes and reused while none has changed
+        (workloads of one shape come in runs, and most placements change
+        one kind's index). A multi-GPU slice search turns its round robin
+        as it goes, so it is not kept.
+        """
+        key = (w.shape() if shape is None else shape, option)
         if key in self.failed:
             return []
-        if option.kind is Kind.DEDICATED:
+        kind = option.kind
+        if kind is Kind.DEDICATED:
+            version: tuple[int, int] | None = (self.free.version,
+                                               self.ready_version)
+        elif kind is Kind.VF:
+            version = (self.free.version, self.vf_version)
+        elif w.gpus == 1:
+            version = (self.free.version, self.cu_version)
+        else:
+            version = None
+        if version is not None:
+            hit = self._found.get(key)
+            if hit is not None and hit[0] == version:
+                return hit[1]
+        if kind is Kind.DEDICATED:
             found = self._dedicated(w, option)
-        elif option.kind is Kind.VF:
+        elif kind is Kind.VF:
             found = self._vf(w, option)
         else:
             found = self._cu(w, option)
         if not found:
             # capacity only shrinks while planning: this shape stays out
             self.failed.add(key)
+        elif version is not None:
+            self._found[key] = (version, found)
         return found
 
     # -- commit -----------------------------------------------------------
@@ -447,7 +504,7 @@ class Planner(FleetState):
                         raise exception.InsufficientCapacity(
                             gpu=gs.address, requested=cus, unit='CUs',
                             owner=w.name, free=0, capacity=gs.cus)
-                    taken = pool.alloc.allocate(w.name, cus)
+                    mask = pool.alloc.allocate_mask(w.name, cus)
                 except exception.SharingError:
                     for other in done:
                         other.alloc.release(w.name)
@@ -459,6 +516,10 @@ class Planner(FleetState):
                 gs.slices += 1
                 self.cu_update(pool)
                 done.append(pool)
+                # the same CUs are given on many GPUs: one tuple for all
+                taken = self._cu_ids.get(mask)
+                if taken is None:
+                    taken = self._cu_ids[mask] = cu_allocator.ids_of(mask)
                 grants.append(Grant(gs.address, mib, cus, cus=taken,
                                     partition=pool.partition))
         return tuple(grants)
@@ -473,71 +534,79 @@ class Planner(FleetState):
             -w.fraction_on(_REFERENCE_MODEL), w.name))
 
     def place(self, w: Workload) -> Decision:
-        """Decide and commit one workload."""
+        """Decide and commit one workload.
+
+        The trail shares the filters' verdicts with every workload of the
+        same shape and keeps the planner's own as numbers
+        (:class:`~.decision.Trail`), written out when it is read.
+        """
         if not self.gpus:
             return Decision(w.name, Code.NEVER, 'the fleet has no GPUs')
+        shape = self._shapes.get(w.shape())
+        if shape is None:
+            shape = self._shapes[w.shape()] = len(self._shapes)
+        self._shape = shape
         judgement = self.engine.judge(w, self.options)
-        trail = list(judgement.trail)
+        head = judgement.trail
         if not judgement.allowed:
             return Decision(
                 w.name, Code.NEVER, 'no kind is allowed on any GPU model '
-                'of the fleet: %s' % explain.first_refusals(judgement.trail),
-                trail=tuple(trail))
+                'of the fleet: %s' % explain.first_refusals(head),
+                trail=head)
         choices: list[Choice] = []
         for option in judgement.allowed:
-            choices.extend(self._candidates(w, option))
+            choices.extend(self._candidates(w, option, shape))
         while choices:
             ranked = self.engine.rank(w, [c.view for c in choices])
             best = ranked[0]
             choice = next(c for c in choices if c.view is best.candidate)
-            free = explain.free_text(w, choice)
+            free = explain.free_state(choice)
             grants = self._commit(w, choice)
-            for scored in ranked:
-                trail.append(Verdict(
-                    'weighers', scored.candidate.kind, True,
-                    '%s on %s %s (%s): score %s' % (
-                        scored.candidate.kind.value, scored.candidate.host,
-                        ','.join(scored.candidate.addresses),
-                        'in role' if scored.candidate.in_role ==
-                        len(scored.candidate.addresses) else 'converting',
-                        scored.explain()), scored.candidate.model.name))
+            scores = explain.ranked_state(ranked, self._ranked)
             if grants is None:
+                head = head + tuple(explain.weigher_verdicts(scores))
                 choices.remove(choice)
                 continue
-            reason = '%s on %s: %s' % (
-                choice.kind.value, choice.host.name, ', '.join(
-                    '%s %s' % (g.address, g.describe()) for g in grants))
-            if choice.unverified:
-                reason += ' (%s: mixed host drivers)' % UNVERIFIED
-            trail.append(Verdict('capacity', choice.kind, True, free,
-                                 choice.view.model.name))
-            trail.append(Verdict('planner', choice.kind, True,
-                                 'placed ' + reason,
-                                 choice.view.model.name))
+            model = choice.view.model
             return Decision(w.name, Code.PLACED,
                             self._short(w, choice, judgement),
                             choice.kind, choice.host.name, grants,
-                            tuple(trail), best.score, choice.unverified)
+                            Trail(head, explain.placed_verdicts, (
+                                w, self._kind_of(model, choice),
+                                choice.host.name, grants, len(scores),
+                                *scores, *free)),
+                            best.score, choice.unverified)
         never = explain.never_reasons(self, self.shape, w,
                                       judgement)
-        trail.extend(never[1])
         if never[0]:
             return Decision(w.name, Code.NEVER, '; '.join(
-                v.message for v in never[1]), trail=tuple(trail))
+                v.message for v in never[1]), trail=Trail(
+                    head, tail=tuple(never[1])))
         capacity = [explain.capacity_verdict(self, w, o)
                     for o in judgement.allowed]
-        trail.extend(capacity)
         return Decision(
             w.name, Code.UNSCHEDULABLE, 'allowed %s, but nothing is free '
             'now: %s' % ('/'.join(k.value for k in judgement.kinds()),
-                         capacity[0].message), trail=tuple(trail))
+                         capacity[0].message), trail=Trail(
+                head, tail=tuple(never[1]) + tuple(capacity)))
 
+    def _kind_of(self, model: GpuModel, choice: Choice
+                 ) -> tuple[GpuModel, Kind, Role, bool]:
+        """(model, kind, role, unverified) of ``choice``, one tuple for
+        every decision alike."""
+        key = (id(model), choice.kind.value, choice.role.value,
+               choice.unverified)
+        found = self._kinds.get(key)
+        if found is None:
+            found = self._kinds[key] = (model, choice.kind, choice.role,
+                                        choice.unverified)
+        return found
 
     def _short(self, w: Workload, choice: Choice,
                judgement: av_engine.Judgement) -> str:
         view = choice.view
-        key = (w.shape(), choice.kind, view.unit_cus, view.unit_mib,
-               choice.unverified)
+        key = (self._shape, choice.kind.value, view.unit_cus,
+               view.unit_mib, choice.unverified)
         text = self._reasons.get(key)
         if text is None:
             text = self._reasons[key] = explain.short(w, choice, judgement)
@@ -548,10 +617,25 @@ class Planner(FleetState):
              ) -> Plan:
         """Place ``workloads`` (new ones; running ones came in ``existing``).
 
+        The cyclic garbage collector is paused while the plan is made (it
+        would walk the growing plan again and again, and the plan leaves
+        no cycles behind), and set back as it was after.
+
         :param invalid: specifications that failed validation, reported
             with code ``invalid`` and every problem in the trail.
         :raises PlanError: a workload name is used twice or is running.
         """
+        paused = gc.isenabled()
+        gc.disable()
+        try:
+            return self._plan(workloads, invalid)
+        finally:
+            if paused:
+                gc.enable()
+
+    def _plan(self, workloads: Sequence[Workload],
+              invalid: Sequence[tuple[str, exception.WorkloadSpecError]]
+              ) -> Plan:
         names = {d.workload for d in self.existing}
         for w in workloads:
             if w.name in names:
@@ -559,9 +643,19 @@ class Planner(FleetState):
                     source='workloads', reason='workload %s is listed twice '
                     'or already running' % w.name)
             names.add(w.name)
+        del names
         if self.conf.policy.packing:
+            # one request shape per workload shape, weighed by its count
+            # (the same sums as one weight per workload, in the same order)
+            counts: dict[Any, list[Any]] = {}
+            for w in workloads:
+                entry = counts.get(w.shape())
+                if entry is None:
+                    counts[w.shape()] = [_shape_of(w), 1.0]
+                else:
+                    entry[1] += 1.0
             self.packing = packing.score_of(
-                (_shape_of(w), 1.0) for w in workloads)
+                (shape, weight) for shape, weight in counts.values())
         decided: dict[str, Decision] = {}
         ordered = self.order(workloads)
         for w in ordered:

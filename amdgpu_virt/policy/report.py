@@ -36,15 +36,17 @@ def ledger_of(state: FleetState) -> av_ledger.Ledger:
 def gpu_reports(state: FleetState, decisions: Sequence[Decision]
                 ) -> tuple[GpuReport, ...]:
     """One report per GPU: its role, mode, users and how much is used."""
-    users: dict[tuple[str, str], list[Decision]] = {}
+    # per host, then per GPU address (no key tuple per GPU)
+    users: dict[str, dict[str, list[Decision]]] = {}
     for d in decisions:
         if d.placed:
+            on_host = users.setdefault(d.host or '', {})
             for address in d.gpus:
-                users.setdefault((d.host or '', address), []).append(d)
+                on_host.setdefault(address, []).append(d)
     reports = []
     for gs in state.gpus:
         role = gs.role or Role.IDLE
-        held = users.get((gs.host.name, gs.address), [])
+        held = users.get(gs.host.name, {}).get(gs.address, [])
         demand = 0.0
         for d in held:
             for g in d.grants:
@@ -77,9 +79,10 @@ def gpu_reports(state: FleetState, decisions: Sequence[Decision]
             granted = 0.0
         cu_owners = []
         for pool in gs.pools:
-            for owner, cus in pool.alloc.allocations.items():
+            alloc = pool.alloc
+            for owner in alloc.allocations:
                 for start, length in cu_allocator.runs(
-                        cu_allocator.mask_of(cus)):
+                        alloc.mask_of(owner)):
                     cu_owners.append((owner, pool.partition, start,
                                       length))
         reports.append(GpuReport(

@@ -15,7 +15,7 @@ from amdgpu_virt.policy.decision import Decision
 from amdgpu_virt.policy.workload import Workload
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class GpuReport:
     """One GPU of the plan, for tables and charts.
 

@@ -9,7 +9,8 @@ failures.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import types
+from collections.abc import Iterator, Mapping
 
 from sortedcontainers import SortedList
 
@@ -26,6 +27,10 @@ AMDGPU = 'amdgpu'
 ROLE_FAMILY = {Role.NOVA_VF: GIM, Role.K8S_SHARED: AMDGPU,
                Role.K8S_DEDICATED: AMDGPU}
 DRIVER_FAMILY = {Driver.GIM: GIM, Driver.AMDGPU: AMDGPU}
+#: what a GPU without a role holds: nothing (shared, read-only)
+NO_VFS: tuple[int, ...] = ()
+NO_OWNERS: Mapping[int, str] = types.MappingProxyType({})
+NO_POOLS: tuple[Pool, ...] = ()
 
 
 class Pool:
@@ -53,7 +58,8 @@ class Pool:
 class GpuState:
     """One GPU while planning."""
 
-    __slots__ = ('host', 'gpu', 'model', 'address', 'order', 'role',
+    __slots__ = ('host', 'gpu', 'model', 'address', 'addresses', 'order',
+                 'role',
                  'fixed', 'vf_count', 'vf_free', 'vf_owners', 'pools',
                  'slices', 'owner', 'unverified', 'compute_mode',
                  'memory_mode', '_layouts')
@@ -63,14 +69,19 @@ class GpuState:
         self.gpu = gpu
         self.model = gpu.model
         self.address = str(gpu.address)
+        #: ``(address,)``, shared by every candidate of this GPU alone
+        self.addresses = (self.address,)
         self.order = order
         self.role: Role | None = None
         #: the role came from the ledger and must not change
         self.fixed = False
         self.vf_count: int | None = None
-        self.vf_free: list[int] = []
-        self.vf_owners: dict[int, str] = {}
-        self.pools: list[Pool] = []
+        # read-only empties until the GPU gets a role that fills them
+        # (three containers fewer per GPU of a large fleet; a write to
+        # one fails loudly)
+        self.vf_free: list[int] = NO_VFS  # type: ignore[assignment]
+        self.vf_owners: dict[int, str] = NO_OWNERS  # type: ignore
+        self.pools: list[Pool] = NO_POOLS  # type: ignore[assignment]
         self.slices = 0
         self.owner: str | None = None
         self.unverified = False
@@ -194,12 +205,15 @@ class FreeIndex:
         self.counts: dict[str, int] = {}
         #: models with a free list, per host (so a rekey is per host)
         self.models: dict[str, dict[str, None]] = {}
+        #: grows at every change (searches cached on the index compare it)
+        self.version = 0
 
     def _bucket(self, model: str, key: str, count: int) -> dict[str, None]:
         return self.buckets.setdefault((model, key), {}).setdefault(count,
                                                                      {})
 
     def add(self, gpu: GpuState) -> None:
+        self.version += 1
         host = gpu.host
         key = self.keys.setdefault(host.name, host.family_key)
         self.hosts[host.name] = host
@@ -214,6 +228,7 @@ class FreeIndex:
         self.max_count = max(self.max_count, len(lst))
 
     def remove(self, gpu: GpuState) -> None:
+        self.version += 1
         host = gpu.host.name
         key = self.keys[host]
         lst = self.free[(host, gpu.model.name)]
@@ -229,6 +244,7 @@ class FreeIndex:
         new = host.family_key
         if old is None or old == new:
             return
+        self.version += 1
         self.keys[host.name] = new
         name = host.name
         for model in self.models.get(name, ()):

@@ -52,6 +52,10 @@ WHOLE = 'whole'
 
 
 class Platform(str, enum.Enum):
+    # members hash as their value, in C (an Enum's own hash is Python
+    # code, and workload shapes are hashed at every placement)
+    __hash__ = str.__hash__
+
     VM = 'vm'
     POD = 'pod'
     ANY = 'any'
@@ -63,8 +67,12 @@ class Tenancy(str, enum.Enum):
     #: shares a GPU cooperatively with other trusted workloads
     TRUSTED = 'trusted'
 
+    __hash__ = str.__hash__
+
 
 class Sensitivity(str, enum.Enum):
+    __hash__ = str.__hash__
+
     LOW = 'low'
     MEDIUM = 'medium'
     HIGH = 'high'
@@ -74,7 +82,7 @@ class Sensitivity(str, enum.Enum):
         return ('low', 'medium', 'high').index(self.value)
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class Workload:
     """What one workload needs. Sizes are per GPU.
 

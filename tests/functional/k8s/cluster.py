@@ -30,6 +30,7 @@ from amdgpu_virt.k8s import webhook
 from amdgpu_virt.k8s import webhookapi
 from amdgpu_virt.policy import engine as policy_engine
 from amdgpu_virt.model import HostInventory
+from tests.functional.fixtures import extenderproc
 from tests.functional.fixtures import faultproxy
 from tests.functional.fixtures import kubeclient
 
@@ -89,12 +90,16 @@ class Cluster(fixtures.Fixture):
         client and cache, as in processes of their own).
     :param faults: arguments of a :class:`~.faultproxy.FaultProxy` the
         extenders reach the API server through (``proxy``).
+    :param processes: run each extender as an OS process of its own
+        (``amdgpu-virt k8s scheduler``, see :mod:`.extenderproc`; listed
+        in ``processes``, and ``services`` stays empty).
     """
 
     def __init__(self, nodes: tuple[str, ...], gpus: int = 2,
                  overrides: dict[tuple[str, str], Any] | None = None,
                  history: int = 100000, extenders: int = 1,
-                 faults: dict[str, Any] | None = None) -> None:
+                 faults: dict[str, Any] | None = None,
+                 processes: bool = False) -> None:
         super().__init__()
         self.node_names = nodes
         self.gpus = gpus
@@ -102,6 +107,7 @@ class Cluster(fixtures.Fixture):
         self.history = history
         self.extenders = extenders
         self.faults = faults
+        self.use_processes = processes
 
     def _setUp(self) -> None:
         self.kube = self.useFixture(kubeclient.ApiServerFixture(
@@ -130,6 +136,7 @@ class Cluster(fixtures.Fixture):
         for (group, option), value in self.overrides.items():
             conf.set_override(option, value, group=group)
         self.services: list[extender.Service] = []
+        self.processes: list[extenderproc.ExtenderProcess] = []
         self.https: list[HttpJson] = []
         self.proxy: faultproxy.FaultProxy | None = None
         url = self.kube.server.url
@@ -137,7 +144,16 @@ class Cluster(fixtures.Fixture):
             self.proxy = faultproxy.FaultProxy(url, **self.faults).start()
             self.addCleanup(self.proxy.stop)
             url = self.proxy.url
-        for _n in range(self.extenders):
+        if self.use_processes:
+            directory = self.useFixture(fixtures.TempDir()).path
+            # all started at once, then waited for
+            self.processes = [self.useFixture(extenderproc.ExtenderProcess(
+                url, directory, 'extender-%d' % number, self.overrides,
+                wait=False)) for number in range(self.extenders)]
+            for process in self.processes:
+                self.https.append(HttpJson(*process.ready().address))
+                self.addCleanup(self.https[-1].close)
+        for _n in range(0 if self.use_processes else self.extenders):
             # each extender gets a client of its own, as in its own process
             config = client.Configuration(host=url)
             config.connection_pool_maxsize = 16
@@ -158,7 +174,8 @@ class Cluster(fixtures.Fixture):
                 time.sleep(0.02)
             self.services.append(service)
             self.https.append(http)
-        self.service, self.http = self.services[0], self.https[0]
+        self.service = self.services[0] if self.services else None
+        self.http = self.https[0]
         self.webhook = webhook.make_server(
             webhook.WebhookPolicy(),
             namespace_labels=webhook.NamespaceLabelCache(self.api),
