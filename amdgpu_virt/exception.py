@@ -52,6 +52,16 @@ class FileInputError(AmdgpuVirtError):
     msg_fmt = 'cannot read %(what)s %(path)s: %(reason)s'
 
 
+class UsageError(ConfigError):
+    """The command line is wrong (an option, an argument, a combination).
+
+    A :class:`ConfigError` so that code catching configuration errors
+    keeps catching it; the command line exits with its own status.
+    """
+
+    msg_fmt = 'Invalid command line: %(option)s: %(reason)s'
+
+
 # --- hardware model and catalog ----------------------------------------------
 
 class InvalidPciAddress(AmdgpuVirtError):
@@ -193,6 +203,15 @@ class AnnotationError(KubernetesError):
 
 class DevicePluginError(KubernetesError):
     msg_fmt = 'Device plugin for %(resource)s: %(reason)s'
+
+
+class LockHolderGone(DevicePluginError):
+    """The node lock names a pod that is gone (or replaced by a pod of
+    another UID under its name): an Allocate now is that pod's late one.
+
+    ``kwargs`` carry ``namespace``, ``name`` and ``uid`` (None when the
+    lock names no UID) of the holder.
+    """
 
 
 class UnknownDevice(DevicePluginError):

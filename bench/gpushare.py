@@ -55,6 +55,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import _timing
+
 from amdgpu_virt.k8s import fit
 from amdgpu_virt.k8s import schedcache
 from amdgpu_virt.sharing import hami
@@ -419,7 +421,8 @@ class Ours:
         self.cache.replace_nodes(objs)
         self.cache.replace_pods([], 1)
         self.version = 1
-        self.timed = 0.0
+        #: times the decision alone when set (see run)
+        self.clock: _timing.DecisionClock | None = None
 
     @staticmethod
     def pod(task: Task) -> dict[str, Any]:
@@ -437,9 +440,11 @@ class Ours:
         pod = self.pod(task)
         request = fit.pod_request(pod)
         key = 'bench/' + task.name
-        start = time.perf_counter()
+        if self.clock is not None:
+            self.clock.start()
         decision = self.cache.decide_and_reserve(key, request, names)
-        self.timed = time.perf_counter() - start
+        if self.clock is not None:
+            self.clock.stop()
         if decision.fit is None:
             return None
         # the annotation write returns a version; the watch shows the pod
@@ -467,7 +472,8 @@ class Outcome:
     allocated: dict[float, float] = dataclasses.field(default_factory=dict)
     rejected: int = 0
     placed: int = 0
-    times: list[float] = dataclasses.field(default_factory=list)
+    clock: _timing.DecisionClock = dataclasses.field(
+        default_factory=_timing.DecisionClock)
 
 
 def run(name: str, nodes: int, seed: int, tasks: list[Task] | None = None,
@@ -479,14 +485,17 @@ def run(name: str, nodes: int, seed: int, tasks: list[Task] | None = None,
     outcome = Outcome(name)
     offered = allocated = 0.0
     marks = list(LOADS)
+    inside = name == 'ours'   # times its decision, not the bench's work
     for task in tasks:
         offered += demand(task) / total
-        start = time.perf_counter()
+        timed = offered >= NEAR_FULL
+        if inside:
+            policy.clock = outcome.clock if timed else None
+        elif timed:
+            outcome.clock.start()
         choice = policy.choose(task)
-        took = getattr(policy, 'timed', None) if name == 'ours' else \
-            time.perf_counter() - start
-        if offered >= NEAR_FULL:
-            outcome.times.append(took)
+        if timed and not inside:
+            outcome.clock.stop()
         if choice is None:
             outcome.rejected += 1
             if outcome.at_first_reject is None:
@@ -500,15 +509,8 @@ def run(name: str, nodes: int, seed: int, tasks: list[Task] | None = None,
             outcome.allocated[marks.pop(0)] = allocated / total
     for mark in marks:
         outcome.allocated[mark] = allocated / total
+    outcome.clock.close()
     return outcome
-
-
-def _percentile(values: list[float], fraction: float) -> float:
-    ordered = sorted(values)
-    if not ordered:
-        return 0.0
-    return ordered[min(len(ordered) - 1,
-                       int(round(fraction * (len(ordered) - 1))))]
 
 
 def main(argv: list[str]) -> int:
@@ -554,18 +556,17 @@ def main(argv: list[str]) -> int:
             '%5.2f' % (100 * (1 - o.allocated[x])) for x in LOADS))
     print()
     base = next((o for o in outcomes if o.name == 'hami'), None)
-    print('Decision time once %d %% was offered (ms; x: ratio to hami)'
-          % round(NEAR_FULL * 100))
-    print('%-11s %7s %7s %8s %6s %6s' % ('policy', 'p50', 'p99', 'max',
-                                         'x p50', 'x p99'))
+    print('Decision time once %d %% was offered, ms (%s)'
+          % (round(NEAR_FULL * 100), _timing.LEGEND))
+    print(_timing.header('policy'))
     for o in outcomes:
-        p50, p99 = _percentile(o.times, 0.5), _percentile(o.times, 0.99)
-        ratio = ('%6.2f %6.2f' % (
-            p50 / _percentile(base.times, 0.5),
-            p99 / _percentile(base.times, 0.99))) if base else ''
-        print('%-11s %7.3f %7.3f %8.3f %s' % (
-            o.name, p50 * 1e3, p99 * 1e3, max(o.times or [0]) * 1e3,
-            ratio))
+        print(_timing.row(o.name, o.clock))
+    if base is not None:
+        print('Ratio to hami:')
+        for o in outcomes:
+            if o is not base:
+                print('%-11s %s' % (o.name, _timing.ratio(o.clock,
+                                                          base.clock)))
     return 0
 
 

@@ -49,6 +49,8 @@ import threading
 import time
 from typing import Any
 
+import _timing
+
 from amdgpu_virt.k8s import extender
 from amdgpu_virt.k8s import fit
 from amdgpu_virt.k8s import schedcache
@@ -300,39 +302,49 @@ def near_full(size: int, target: float, requests: int,
     if build_only:
         gc.unfreeze()
         return
+    time_decisions(cache, names, requests, rng)
+
+
+def time_decisions(cache: schedcache.ClusterCache, names: list[str],
+                   requests: int, rng: random.Random) -> None:
+    """``requests`` decisions on the cache and, on the same state, a plain
+    first-fit scan; prints wall and CPU time per decision, the collector
+    apart (what was loaded is frozen out of it, as the service does)."""
     # the same state for first-fit: per GPU (free CUs, free MiB, slots)
     flat = [(v.name, [(g.usable_cores, g.free_mem, g.info.count -
                        g.used_slots) for g in v.gpus])
             for v in cache.views(names)[0]]
     reqs = [fit.pod_request(_pod(rng, 'q%d' % n)) for n in range(requests)]
-    ours: list[float] = []
-    first: list[float] = []
+    ours = _timing.DecisionClock()
+    first = _timing.DecisionClock()
     placed = 0
-    for number, request in enumerate(reqs):
-        want = request.containers[0]
-        cus = MI300X['devcore'] if want.exclusive else hami.percent_to_cus(
-            want.percent, MI300X['devcore'])
-        mem = want.mem or MI300X['devmem']
-        start = time.perf_counter()
-        for _name, gpus in flat:
-            if sum(1 for c, m, s in gpus if c >= cus and m >= mem and s) \
-                    >= want.nums:
-                break
-        first.append(time.perf_counter() - start)
-        start = time.perf_counter()
-        decision = cache.decide_and_reserve('bench/q%d' % number, request,
-                                            names)
-        ours.append(time.perf_counter() - start)
-        placed += decision.fit is not None
-    gc.unfreeze()
-    for label, samples in (('cache', ours), ('first-fit', first)):
-        print('  %-9s runs=%-5d p50=%7.3f ms  p99=%7.3f ms  max=%7.3f ms'
-              % (label, len(samples), _percentile(samples, 0.5) * 1e3,
-                 _percentile(samples, 0.99) * 1e3, max(samples) * 1e3))
-    print('  cache / first-fit: p50 x%.2f, p99 x%.2f; %d of %d placed'
-          % (_percentile(ours, 0.5) / _percentile(first, 0.5),
-             _percentile(ours, 0.99) / _percentile(first, 0.99), placed,
-             requests), flush=True)
+    try:
+        for number, request in enumerate(reqs):
+            want = request.containers[0]
+            cus = MI300X['devcore'] if want.exclusive else \
+                hami.percent_to_cus(want.percent, MI300X['devcore'])
+            mem = want.mem or MI300X['devmem']
+            first.start()
+            for _name, gpus in flat:
+                if sum(1 for c, m, s in gpus if c >= cus and m >= mem
+                       and s) >= want.nums:
+                    break
+            first.stop()
+            ours.start()
+            decision = cache.decide_and_reserve('bench/q%d' % number,
+                                                request, names)
+            ours.stop()
+            placed += decision.fit is not None
+    finally:
+        ours.close()
+        first.close()
+        gc.unfreeze()
+    print('  per decision, ms (%s)' % _timing.LEGEND)
+    print('  ' + _timing.header())
+    for label, clock in (('cache', ours), ('first-fit', first)):
+        print('  ' + _timing.row(label, clock))
+    print('  cache / first-fit: %s; %d of %d placed'
+          % (_timing.ratio(ours, first), placed, requests), flush=True)
 
 
 def main(argv: list[str]) -> int:

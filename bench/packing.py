@@ -16,7 +16,10 @@ bound (defined in the output), CU utilisation over time, fragmentation
 (largest free run and free runs per GPU), and the shape of the masks
 handed out (ranges per mask, XCC imbalance). A second table replays the
 same traces with masks restricted to one range of CUs, where fragmentation
-decides admissions. Last, allocations per second on one 300-CU GPU.
+decides admissions; there the score sees each GPU's free ranges (a range
+too short for a share is fragment for it) and the ranges the strategy
+leaves, ties going to the tightest range. Last, allocations per second on
+one 300-CU GPU.
 
 Prints tables; asserts nothing.
 """
@@ -143,8 +146,14 @@ def _events(trace: list[Pod]) -> list[Event]:
 
 
 def _score_order(mix: packing.Mix, cus: list[allocator.CuAllocator],
-                 mem: list[memory.MemoryShares], pod: Pod) -> list[int]:
-    """The GPUs by the fragmentation score (the pool as one node)."""
+                 mem: list[memory.MemoryShares], pod: Pod,
+                 one_range: bool = False) -> list[int]:
+    """The GPUs by the fragmentation score (the pool as one node).
+
+    :param one_range: masks must be one range of CUs: the score sees each
+        GPU's free ranges and the ranges left once the strategy has chosen
+        (ties: the tightest range, then the fewest free CUs).
+    """
     mix.record([packing.Shape.share(pod.cus / MI300X_CUS,
                                     pod.mib / MI300X_MIB, 1, pod.mib)])
     score = mix.score
@@ -153,15 +162,32 @@ def _score_order(mix: packing.Mix, cus: list[allocator.CuAllocator],
                              m.free) for c, m in zip(cus, mem, strict=True)]
     idle = sum(1 for f in frees if f.idle)
     partial = sum(f.cus for f in frees if not f.idle)
-    return sorted(range(len(cus)), key=lambda i: (packing.share_cost(
-        score, frees[i], pod.cus / MI300X_CUS, pod.mib / MI300X_MIB, True,
-        idle, partial, pod.mib), cus[i].free_count, i))
+    if not one_range:
+        return sorted(range(len(cus)), key=lambda i: (packing.share_cost(
+            score, frees[i], pod.cus / MI300X_CUS, pod.mib / MI300X_MIB,
+            True, idle, partial, pod.mib), cus[i].free_count, i))
+    keys = []
+    for index, gpu in enumerate(cus):
+        free = gpu.free_mask
+        taken = gpu.strategy.choose(free, MI300X_CUS, pod.cus, 1)
+        if taken is None or not mem[index].fits(pod.mib):
+            continue
+        ranged = dataclasses.replace(
+            frees[index], runs=packing.runs_of(free, MI300X_CUS))
+        cost = packing.share_cost(
+            score, ranged, pod.cus / MI300X_CUS, pod.mib / MI300X_MIB, True,
+            idle, partial, pod.mib,
+            packing.runs_of(free & ~taken, MI300X_CUS))
+        keys.append((round(cost, 9), packing.tightest_run(
+            ranged.runs, pod.cus / MI300X_CUS), gpu.free_count, index))
+    return [key[-1] for key in sorted(keys)]
 
 
 def simulate(trace: list[Pod], gpus: int,
              make_strategy: Callable[[], allocator.CuStrategy],
              sample_points: int = 4,
-             mix: packing.Mix | None = None) -> Result:
+             mix: packing.Mix | None = None,
+             one_range: bool = False) -> Result:
     cus = [allocator.CuAllocator('gpu-%d' % i, MI300X_CUS,
                                  strategy=make_strategy())
            for i in range(gpus)]
@@ -202,7 +228,7 @@ def simulate(trace: list[Pod], gpus: int,
             largest.append(frag.largest_free_run)
             free_runs.append(frag.free_runs)
         order = sorted(range(gpus), key=lambda i: (cus[i].free_count, i)) \
-            if mix is None else _score_order(mix, cus, mem, pod)
+            if mix is None else _score_order(mix, cus, mem, pod, one_range)
         for index in order:
             if cus[index].usable_count < pod.cus or \
                     not mem[index].fits(pod.mib):
@@ -358,7 +384,8 @@ def main(argv: list[str]) -> int:
                 made = contiguous['best-fit' if name == 'score' else name] \
                     if contiguous else strategy
                 result = simulate(trace, args.gpus, made, mix=packing.Mix()
-                                  if name == 'score' else None)
+                                  if name == 'score' else None,
+                                  one_range=contiguous is not None)
                 totals[name].append(result.admitted)
                 print('%-4d %-9s %8d %7d %6.3f %5.3f (%s) %8.1f %9.2f %6.2f '
                       '%8.1f%% %8.2f'

@@ -2,6 +2,14 @@
 
 Sub-commands are plugins in the ``amdgpu_virt.cli`` entry point namespace;
 multi-word commands (``nova config``) are registered with underscores.
+
+Every command exits with a status of one table
+(:mod:`amdgpu_virt.cmd.exitcodes`): an error of the project's hierarchy
+is printed as ``error: <message>`` (the message names the culprit) and
+exits with its family's status; any other exception is a bug, printed as
+``internal error`` with its type and exiting 70; a traceback is printed
+only with ``--debug``. A wrong command line exits 64, argparse's message
+naming the option.
 """
 
 from __future__ import annotations
@@ -13,10 +21,12 @@ from typing import Any
 
 from cliff import app
 from cliff import commandmanager
+from cliff import help
 from oslo_config import cfg
 
 from amdgpu_virt import conf as av_conf
 from amdgpu_virt import exception
+from amdgpu_virt.cmd import exitcodes
 from amdgpu_virt.conf import opts as av_conf_opts
 
 DESCRIPTION = """\
@@ -43,13 +53,18 @@ class AmdgpuVirtApp(app.App):
             command_manager=commandmanager.CommandManager('amdgpu_virt.cli'),
             deferred_help=True)
         self.conf: cfg.ConfigOpts | None = None
+        #: what stopped initialize_app (cliff prints it and returns 1)
+        self.startup_error: BaseException | None = None
 
     def build_option_parser(self, description: str | None,
                             version: str | None,
                             argparse_kwargs: dict[str, Any] | None = None
                             ) -> argparse.ArgumentParser:
-        parser = super().build_option_parser(description, version,
-                                             argparse_kwargs)
+        kwargs = dict(argparse_kwargs or {})
+        kwargs.setdefault('epilog', exitcodes.epilog())
+        parser = super().build_option_parser(description, version, kwargs)
+        # keep the table's line breaks in --help
+        parser.formatter_class = argparse.RawDescriptionHelpFormatter
         parser.add_argument(
             '--config-file', action='append', default=[], metavar='PATH',
             help='oslo.config file to read (repeatable; later files win). '
@@ -58,21 +73,84 @@ class AmdgpuVirtApp(app.App):
 
     def initialize_app(self, argv: list[str]) -> None:
         try:
-            self.conf = av_conf.new_conf(
-                default_config_files=self.options.config_file)
-        except cfg.Error as err:
-            raise exception.ConfigError(option='--config-file',
-                                        reason=str(err)) from None
-        check_values(self.conf, self.options.config_file)
+            try:
+                self.conf = av_conf.new_conf(
+                    default_config_files=self.options.config_file)
+            except cfg.Error as err:
+                raise exception.ConfigError(option='--config-file',
+                                            reason=str(err)) from None
+            check_values(self.conf, self.options.config_file)
+        except Exception as err:
+            self.startup_error = err
+            raise
 
     def interact(self) -> None:
         """Without a command, print the help and the command list.
 
         cliff would start an interactive shell, which an operator typing
         ``amdgpu-virt`` to see what it does does not expect; the exit status
-        stays 1 (no command was run).
+        is 64 (a usage error: no command was run).
         """
         self.run_subcommand(['help'])
+
+    def run(self, argv: list[str]) -> int:
+        """cliff's run, with every outcome mapped to the status table."""
+        try:
+            result = super().run(argv)
+        except SystemExit as stop:
+            # argparse: 2 for a wrong command line, 0 after --help
+            return exitcodes.USAGE if stop.code == 2 else int(stop.code or 0)
+        except Exception as err:   # re-raised by cliff under --debug
+            return exitcodes.status_of(err)
+        if self.startup_error is not None:
+            return exitcodes.status_of(self.startup_error)
+        if getattr(self, 'interactive_mode', False):
+            return exitcodes.USAGE
+        return int(result)
+
+    def run_subcommand(self, argv: list[str]) -> int:
+        try:
+            self.command_manager.find_command(argv)
+        except ValueError:
+            matches = self.get_fuzzy_matches(argv[0])
+            self.stderr.write('error: %r is not an amdgpu-virt command; see '
+                              'amdgpu-virt --help%s\n' % (
+                                  ' '.join(argv), ''.join(
+                                      '\n  did you mean: %s' % m
+                                      for m in matches)))
+            return exitcodes.USAGE
+        return int(super().run_subcommand(argv))
+
+    def prepare_to_run_command(self, cmd: Any) -> None:
+        """Map what the command raises to its exit status (one place for
+        every command)."""
+        run = cmd.run
+        name = getattr(cmd, 'cmd_name', None) or type(cmd).__name__
+
+        def guarded(parsed_args: argparse.Namespace) -> int:
+            try:
+                return int(run(parsed_args) or 0)
+            except (BrokenPipeError, KeyboardInterrupt):
+                raise
+            except exception.AmdgpuVirtError as err:
+                # through cliff's log: stderr, and --log-file
+                (self.LOG.exception if self.options.debug
+                 else self.LOG.error)('error: %s', err)
+                return exitcodes.status_of(err)
+            except Exception as err:
+                if isinstance(cmd, help.HelpCommand) and \
+                        isinstance(err, ValueError):
+                    # ``help <no such command>``
+                    self.LOG.error('error: %s; see amdgpu-virt --help', err)
+                    return exitcodes.USAGE
+                (self.LOG.exception if self.options.debug
+                 else self.LOG.error)(
+                    'internal error in %s: %s: %s (a bug; run again with '
+                    '--debug for the traceback)', name, type(err).__name__,
+                    err)
+                return exitcodes.SOFTWARE
+
+        cmd.run = guarded
 
     def get_conf(self) -> cfg.ConfigOpts:
         if self.conf is None:

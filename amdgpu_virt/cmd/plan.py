@@ -249,7 +249,7 @@ def check_chart_name(path: str) -> str:
     """
     ext = os.path.splitext(path)[1].lower()
     if ext not in ('.svg', '.png'):
-        raise exception.AmdgpuVirtError(
+        raise exception.UsageError(
             '--chart %s: the file name must end in .svg or .png' % path)
     return ext
 
@@ -311,7 +311,7 @@ class Plan(lister.Lister):
         if part == 'all' and (parsed_args.formatter not in (
                 'table', 'json', 'yaml') or parsed_args.columns
                 or parsed_args.sort_columns):
-            raise exception.AmdgpuVirtError(
+            raise exception.UsageError(
                 '-f %s%s prints one table: choose it with --part gpus, '
                 'workloads or summary' % (
                     parsed_args.formatter,

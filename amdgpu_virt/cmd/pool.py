@@ -3,7 +3,8 @@
 * ``apply``: render what each side needs, per host, from the role ledger;
 * ``audit``: compare the ledger with Placement and the Kubernetes API and
   report double booking (exit status 1 on a conflict);
-* ``move``: change the role of one GPU safely (resumable).
+* ``move``: change the role of one GPU safely (resumable), in
+  :mod:`amdgpu_virt.cmd.move`.
 """
 
 from __future__ import annotations
@@ -20,37 +21,33 @@ from cliff import lister
 from amdgpu_virt import exception
 from amdgpu_virt import ledger as av_ledger
 from amdgpu_virt import yamlutil
+from amdgpu_virt.cmd import exitcodes
 from amdgpu_virt.cmd import main as av_main
 from amdgpu_virt.cmd import nova as cmd_nova
 from amdgpu_virt.cmd import sources as cmd_sources
 from amdgpu_virt.inventory import sources
 from amdgpu_virt.model import HostInventory
-from amdgpu_virt.model import Role
 from amdgpu_virt.pool import apply as pool_apply
 from amdgpu_virt.pool import crossaudit
-from amdgpu_virt.pool import hostchange
-from amdgpu_virt.pool import move as pool_move
 
-#: exit statuses of ``audit`` and ``move`` (their help and the hybrid
-#: guide list them): 0 done / clean
-EXIT_OK = 0
+#: exit statuses of ``audit`` and ``move`` (the one table is
+#: :mod:`amdgpu_virt.cmd.exitcodes`; their help and the hybrid guide
+#: list them)
+EXIT_OK = exitcodes.OK
 #: ``move``: refused, the GPU is in use; ``audit``: a conflict (double
-#: booking); both: any other error (named on stderr)
-EXIT_REFUSED = 1
+#: booking)
+EXIT_REFUSED = exitcodes.REFUSED
 #: ``audit``: drift between the ledger and a side, no conflict
-EXIT_DRIFT = 3
+EXIT_DRIFT = exitcodes.DRIFT
 #: a side's API (Placement, Nova, Kubernetes) cannot be reached; nothing
 #: was changed (EX_UNAVAILABLE of sysexits.h)
-EXIT_UNREACHABLE = 69
+EXIT_UNREACHABLE = exitcodes.UNREACHABLE
 #: ``move`` exit status while it waits for a side or the host
 #: (EX_TEMPFAIL)
-EXIT_WAITING = 75
-#: the errors that mean "a side's API is unreachable"
-UNREACHABLE = (exception.ServiceUnreachable, exception.PlacementUnreachable,
-               exception.KubernetesUnavailable)
+EXIT_WAITING = exitcodes.WAITING
 
 
-def _load_ledger(path: str, inventories: sources.Inventories
+def load_ledger(path: str, inventories: sources.Inventories
                  ) -> tuple[av_ledger.Ledger, dict[str, HostInventory]]:
     ledger = av_ledger.load(path)
     found = inventories.all(ledger.hosts)
@@ -77,12 +74,12 @@ def _nova_renderer(app: Any) -> pool_apply.NovaRenderer:
     return nova_pool.NovaRenderer(cmd_nova.load_backend(app))
 
 
-def _core_api(app: Any) -> Any:
+def core_api(app: Any) -> Any:
     from amdgpu_virt.k8s import client as k8s_client
     return k8s_client.core_api(av_main.app_conf(app))
 
 
-def _location(app: Any) -> Any:
+def location(app: Any) -> Any:
     from amdgpu_virt.k8s import ledgermap
     return ledgermap.Location.from_conf(av_main.app_conf(app))
 
@@ -136,7 +133,7 @@ class Apply(command.Command):
     def take_action(self, parsed_args: argparse.Namespace) -> int:
         conf = av_main.app_conf(self.app)
         out, err = self.app.stdout, self.app.stderr
-        ledger, inventories = _load_ledger(
+        ledger, inventories = load_ledger(
             parsed_args.ledger, cmd_sources.inventories(self.app,
                                                         parsed_args))
         hosts = list(ledger.hosts)
@@ -155,7 +152,7 @@ class Apply(command.Command):
         if pool_apply.has_k8s_roles(ledger) and not parsed_args.host:
             from amdgpu_virt.k8s import ledgermap
             configmap_text = ledgermap.manifest_text(ledger,
-                                                     _location(self.app))
+                                                     location(self.app))
         every = (conf.pool.progress_every if parsed_args.progress_every
                  is None else max(parsed_args.progress_every, 0))
 
@@ -192,10 +189,10 @@ class Apply(command.Command):
             '' if report.changed else ' (nothing to do)'))
         if parsed_args.push_configmap and not parsed_args.dry_run:
             from amdgpu_virt.k8s import ledgermap
-            changed = ledgermap.write(_core_api(self.app), ledger,
-                                      _location(self.app))
+            changed = ledgermap.write(core_api(self.app), ledger,
+                                      location(self.app))
             out.write('%s %s\n' % ('updated' if changed else 'unchanged',
-                                   _location(self.app)))
+                                   location(self.app)))
         if parsed_args.push_flavors and not parsed_args.dry_run:
             self._push_flavors(ledger)
         return 0
@@ -246,18 +243,18 @@ def collect(app: Any, ledger: av_ledger.Ledger,
     if k8s:
         from amdgpu_virt.k8s import ledgermap
         from amdgpu_virt.k8s import pool as k8s_pool
-        api = _core_api(app)
+        api = core_api(app)
         found, notes = k8s_pool.KubernetesPool(
-            api, _location(app), ledger,
+            api, location(app), ledger,
             dra_driver=av_main.app_conf(app).dra.driver_name
         ).observations(hosts)
         observations += found
         warnings += notes
-        stored = ledgermap.read(api, _location(app))
+        stored = ledgermap.read(api, location(app))
         if stored is not None and stored != ledger:
             warnings.append('%s holds another ledger than the one audited '
                             '(a move under way, or run "amdgpu-virt apply '
-                            '--push-configmap")' % _location(app))
+                            '--push-configmap")' % location(app))
     return observations, warnings
 
 
@@ -279,21 +276,7 @@ def audit_summary(report: crossaudit.AuditReport,
                 counts['info']))
 
 
-class _Unreachable:
-    """``run`` that exits EXIT_UNREACHABLE, naming the API, when a side
-    cannot be reached."""
-
-    app: Any
-
-    def run(self, parsed_args: argparse.Namespace) -> int:
-        try:
-            return int(super().run(parsed_args))  # type: ignore[misc]
-        except UNREACHABLE as err:
-            self.app.stderr.write('error: %s\n' % err)
-            return EXIT_UNREACHABLE
-
-
-class Audit(_Unreachable, lister.Lister):
+class Audit(lister.Lister):
     """Check that no GPU is offered or used by both clouds.
 
     Compares the ledger, the hosts' inventories, Placement (Nova) and the
@@ -301,9 +284,11 @@ class Audit(_Unreachable, lister.Lister):
     Finding, Detail) in any -f format, with -c to choose columns; -f json
     or -f yaml without -c prints the whole report (counts, findings,
     warnings). Exit status: 0 consistent; 1 a conflict (a GPU offered or
-    used by both clouds) or another error; 3 drift only (a side differs
-    from the ledger, no conflict); 69 Placement, Nova or the Kubernetes
-    API unreachable (nothing audited).
+    used by both clouds); 3 drift only (a side differs from the ledger,
+    no conflict); 69 Placement, Nova or the Kubernetes API unreachable
+    (nothing audited); other errors as in amdgpu-virt --help (64 usage,
+    65 bad input, 66 missing input, 70 internal, 76 API error, 78
+    configuration).
     """
 
     conflicts = False
@@ -324,10 +309,10 @@ class Audit(_Unreachable, lister.Lister):
     def take_action(self, parsed_args: argparse.Namespace
                     ) -> tuple[Sequence[str], list[tuple[Any, ...]]]:
         if parsed_args.no_nova and parsed_args.no_k8s:
-            raise exception.ConfigError(
+            raise exception.UsageError(
                 option='--no-nova/--no-k8s',
                 reason='at least one side must be audited')
-        ledger, inventories = _load_ledger(
+        ledger, inventories = load_ledger(
             parsed_args.ledger, cmd_sources.inventories(self.app,
                                                         parsed_args))
         sides = tuple(s for s, off in (('nova', parsed_args.no_nova),
@@ -376,148 +361,3 @@ class Audit(_Unreachable, lister.Lister):
         if self.conflicts:
             return EXIT_REFUSED
         return EXIT_DRIFT if self.drift else EXIT_OK
-
-
-# --- move --------------------------------------------------------------------
-
-def parse_gpu(text: str) -> tuple[str, str]:
-    """``HOST:ADDR`` -> (host, address text).
-
-    :raises PlanError: naming the option and the value.
-    """
-    host, sep, address = text.partition(':')
-    if not sep or not host or not address:
-        raise exception.PlanError(source='--gpu %s' % text,
-                                  reason='expected HOST:ADDR, e.g. '
-                                  'gim-0:0000:05:00.0')
-    return host, address
-
-
-def target(old: av_ledger.GpuAssignment, args: argparse.Namespace,
-           source: str) -> av_ledger.GpuAssignment:
-    """The new assignment of the GPU, validated as a ledger entry.
-
-    :raises PlanError: naming the option that is wrong.
-    """
-    raw: dict[str, Any] = {'address': str(old.address), 'model': old.model,
-                           'role': args.to}
-    for option in ('vf_count', 'compute_mode', 'memory_mode'):
-        value = getattr(args, option)
-        if value is not None:
-            raw[option] = value
-    data = {'hosts': {old.host: {'gpus': [raw]}}}
-    (new,) = av_ledger.from_dict(data, source='%s (--to %s)' % (
-        source, args.to)).assignments
-    return new
-
-
-class Move(_Unreachable, command.Command):
-    """Change the role of one GPU safely: drain, withdraw, change, offer.
-
-    Runs the steps that can run now and says where it waits; run it again
-    to continue. Exit status: 0 done; 1 refused (the GPU is in use) or
-    another error; 69 Placement, Nova or the Kubernetes API unreachable
-    (the step was not recorded: run again when it is back); 75 waiting for
-    a side or the host.
-    """
-
-    def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
-        parser = super().get_parser(prog_name)
-        parser.add_argument('--ledger', metavar='FILE', required=True,
-                            help='the role ledger (YAML); updated when the '
-                                 'move completes')
-        parser.add_argument('--gpu', metavar='HOST:ADDR', required=True,
-                            help='the GPU, e.g. gim-0:0000:05:00.0')
-        parser.add_argument('--to', required=True,
-                            choices=[r.value for r in Role],
-                            help='the new role')
-        parser.add_argument('--vf-count', type=int, metavar='N',
-                            help='VFs of the GPU (role nova-vf)')
-        parser.add_argument('--compute-mode', metavar='MODE',
-                            help='compute partition mode (k8s roles)')
-        parser.add_argument('--memory-mode', metavar='MODE',
-                            help='memory (NPS) mode')
-        parser.add_argument('--state-dir', metavar='DIR',
-                            help='where the move records its steps '
-                                 '(default: [pool] state_dir, itself '
-                                 '"amdgpu-virt-moves" by default)')
-        parser.add_argument('--output-dir', metavar='DIR',
-                            help='where re-rendered files go (default: '
-                                 '[pool] output_dir, itself '
-                                 '"amdgpu-virt-out" by default)')
-        cmd_sources.add_arguments(parser, live=True)
-        return parser
-
-    def take_action(self, parsed_args: argparse.Namespace) -> int:
-        conf = av_main.app_conf(self.app)
-        out = self.app.stdout
-        host, address = parse_gpu(parsed_args.gpu)
-        inventories = cmd_sources.inventories(self.app, parsed_args, host)
-        ledger, _found = _load_ledger(parsed_args.ledger, inventories)
-        state_dir = parsed_args.state_dir or conf.pool.state_dir
-        output_dir = parsed_args.output_dir or conf.pool.output_dir
-        old = ledger.get(host, address)
-        if old is None:
-            raise exception.PlanError(
-                source=parsed_args.ledger, reason='no GPU %s in the ledger'
-                % parsed_args.gpu)
-        os.makedirs(state_dir, exist_ok=True)
-        state = os.path.join(state_dir, 'move-%s-%s.json' % (
-            host, str(old.address).replace(':', '-')))
-        new = target(old, parsed_args, parsed_args.ledger)
-        if old == new:
-            if os.path.exists(state):
-                # the ledger was updated but the run ended before the
-                # state file was closed
-                os.replace(state, state + '.done')
-            out.write('%s already has role %s; nothing to do\n' % (
-                old.gpu, new.role.value))
-            return 0
-        after = ledger.replace(new)
-        av_ledger.check_hardware(after, inventories.all([host]).values(),
-                                 '%s (after the move)' % parsed_args.ledger)
-        sides: dict[str, Any] = {}
-        needed = {old.role.side, new.role.side} - {None}
-        renderer = None
-        if 'nova' in needed or any(a.role.side == 'nova'
-                                   for a in after.for_host(host)):
-            from amdgpu_virt.nova import pool as nova_pool
-            backend = cmd_nova.load_backend(self.app)
-            renderer = nova_pool.NovaRenderer(backend)
-            if 'nova' in needed:
-                sides['nova'] = nova_pool.NovaPool(
-                    backend, ledger, inventories.of, output_dir)
-        if 'k8s' in needed:
-            from amdgpu_virt.k8s import pool as k8s_pool
-            sides['k8s'] = k8s_pool.KubernetesPool(
-                _core_api(self.app), _location(self.app), ledger,
-                dra_driver=av_main.app_conf(self.app).dra.driver_name)
-        host_adapter = hostchange.InventoryHost(inventories.of, ledger,
-                                                renderer, output_dir)
-        work = pool_move.Move(state, old, new, sides, host_adapter)
-        before = len(work.history)
-        result = work.run()
-        for record in result.history[before:]:
-            out.write('step %s: %s%s\n' % (record.step.value, record.outcome,
-                                           ' (%s)' % record.note
-                                           if record.note else ''))
-        for side in sides.values():
-            for note in side.notes:
-                out.write('  %s\n' % note)
-        out.write('%s\n' % result.message)
-        if result.status is pool_move.Status.REFUSED:
-            out.write('nothing was changed; state in %s\n' % state)
-            return EXIT_REFUSED
-        if result.status is pool_move.Status.WAITING:
-            out.write('waiting at step %s; run the same command again to '
-                      'continue (state in %s)\n' % (
-                          result.step.value if result.step else '-', state))
-            return EXIT_WAITING
-        data = yamlutil.load_file(parsed_args.ledger)
-        extra = {k: v for k, v in data.items() if k not in ('version',
-                                                            'hosts')} \
-            if isinstance(data, Mapping) else {}
-        if av_ledger.save(after, parsed_args.ledger, extra):
-            out.write('updated %s\n' % parsed_args.ledger)
-        os.replace(state, state + '.done')
-        return 0

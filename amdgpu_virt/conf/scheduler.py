@@ -206,12 +206,14 @@ scheduler_opts: list[cfg.Opt] = [
              '* node_lock_timeout\n'),
     cfg.FloatOpt(
         'node_lock_grace', default=5.0, min=0.0, max=300.0,
-        help='Seconds after it was taken that a node lock whose pod is gone, '
-             'finished or not bound to the node counts as stale. Until '
-             'then a late Allocate for a deleted pod is refused by the '
-             'device plugin instead of being given the next pod\'s '
-             'allocation; after it, a failed bind does not hold the node '
-             'for the whole node_lock_timeout.\n\n'
+        help='Seconds after it was taken that a node lock whose pod exists '
+             'but is not bound to the node counts as stale, so that a '
+             'failed bind whose release was lost does not hold the node '
+             'for the whole node_lock_timeout. The lock of a pod that is '
+             'gone, or replaced by a pod of another UID under its name, is '
+             'never stale by this grace (its late Allocate is refused by '
+             'the device plugin, which then releases it); it expires after '
+             'node_lock_timeout.\n\n'
              'Possible values:\n\n'
              '* 0 to 300; keep it below node_lock_wait\n\n'
              'Related options:\n\n'

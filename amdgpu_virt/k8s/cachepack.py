@@ -7,7 +7,8 @@ score), a ``binpack`` pod is only tried on nodes whose buckets can hold it
 expected fragmentation grows least among the first ``candidates`` nodes
 that fit: a decision does not rescan the cluster. The cost of the best
 placement of a one-container request is the same on every node of the same
-signature, so it is memoised by (signature, request shape).
+signature, so it is memoised by (signature, request shape), across
+refreshes of the mix (:mod:`amdgpu_virt.k8s.fitrank`, which ranks).
 """
 
 from __future__ import annotations
@@ -18,72 +19,9 @@ from typing import Any
 
 from amdgpu_virt.k8s import cacheindex
 from amdgpu_virt.k8s import fit
+from amdgpu_virt.k8s import fitrank
 from amdgpu_virt.sharing import allocator
-from amdgpu_virt.sharing import hami
 from amdgpu_virt.sharing import packing
-
-_MISSING = object()
-
-
-@functools.lru_cache(maxsize=4096)
-def _cus(percent: int, devcore: int, unit: int) -> int:
-    return hami.percent_to_cus(percent, devcore, unit)
-
-
-def fast_key(score: packing.Score, view: fit.NodeView,
-              want: fit.ContainerRequest) -> Any:
-    """(fragmentation added, free left) of the best placement of a
-    one-container request on ``view`` from its summary, or None when
-    no GPU holds it (the same for every node of the same
-    signature)."""
-    if want.exclusive:
-        left = view.idle_gpus - want.nums
-        if left < 0:
-            return None
-        partial = view.partial_free
-        cost = score.whole_fragment(left, partial) - \
-            score.whole_fragment(view.idle_gpus, partial)
-        return (round(cost, 9), float(left))
-    best = None
-    for gpu, free in zip(view.healthy, view.frees, strict=True):
-        info = gpu.info
-        if gpu.used_slots >= info.count:
-            continue
-        cus = _cus(want.percent, info.devcore, gpu.unit)
-        mem = want.mem or info.devmem
-        if gpu.usable_cores < cus or gpu.free_mem < mem or \
-                mem > info.devmem:
-            continue
-        cost = packing.share_cost(
-            score, free, cus / info.devcore, mem / info.devmem,
-            gpu.used_slots + 1 < info.count, view.idle_gpus,
-            view.partial_free, mem)
-        key = (round(cost, 9), free.cus - cus / info.devcore)
-        if best is None or key < best:
-            best = key
-    return best
-
-
-def placement_key(score: packing.Score, view: fit.NodeView,
-                  placement: fit.NodeFit) -> Any:
-    index = {gpu.info.id: n for n, gpu in enumerate(view.healthy)}
-    changes: dict[int, packing.GpuFree] = {}
-    taken = 0.0
-    for container in placement.containers:
-        for used in container:
-            n = index[used.uuid]
-            gpu = view.healthy[n]
-            info = gpu.info
-            before = changes.get(n, view.frees[n])
-            share = used.usedcores / info.devcore
-            taken += share
-            changes[n] = packing.after(
-                before, share, used.usedmem / info.devmem,
-                gpu.used_slots + 1 < info.count, used.usedmem)
-    cost = packing.placement_cost(score, view.frees, changes)
-    left = sum(f.cus for f in view.frees) - taken
-    return (round(cost, 9), left, -view.usage, view.name)
-
 
 def summary_reason(views: Mapping[str, fit.NodeView],
                    request: fit.PodRequest, name: str) -> str:
@@ -136,8 +74,7 @@ class Packer:
         self.candidates = max(1, candidates)
         self.strategy = strategy
         #: (node signature, request shape) -> its best placement's cost
-        self._costs: dict[tuple[Any, Any], Any] = {}
-        self._cost_score: packing.Score | None = None
+        self._costs = fitrank.KeyMemo()
 
     def decide(self, request: fit.PodRequest, known: set[str],
                unresolvable: dict[str, str], index: cacheindex.NodeIndex,
@@ -145,36 +82,27 @@ class Packer:
         """The placement that grows expected fragmentation least, among
         the first nodes of the indexes that hold the request."""
         score = self.mix.score
-        if score is not self._cost_score:
-            self._costs.clear()
-            self._cost_score = score
+        self._costs.begin(score)
         gpu_score = score if not request.gpu_policy_set or \
             request.gpu_policy == 'binpack' else None
-        wants = [w for w in request.containers if w.nums]
-        fast = gpu_score is not None and not request.filtered and \
-            len(wants) == 1 and (wants[0].exclusive or wants[0].nums == 1)
-        shape = (wants[0].nums, wants[0].percent, wants[0].mem,
-                 wants[0].exclusive) if fast else None
+        want = fitrank.summary_ranked(request) if gpu_score is not None \
+            else None
+        shape = None if want is None else \
+            (want.nums, want.percent, want.mem, want.exclusive)
         failed = index.closed(known)
         found: list[tuple[Any, fit.NodeView, fit.NodeFit | None]] = []
         for name in index.candidate_names(request):
             if name not in known or name in unresolvable:
                 continue
             view = views[name]
-            if shape is not None:
-                memo = (view.signature, shape)
-                cost = self._costs.get(memo, _MISSING)
-                if cost is _MISSING:
-                    cost = fast_key(score, view, wants[0])
-                    if len(self._costs) > 1 << 16:
-                        self._costs.clear()
-                    self._costs[memo] = cost
+            if want is not None:
+                cost = self._costs.key(view, want, shape)
                 key = None if cost is None else \
                     (*cost, -view.usage, view.name)
                 if key is None:
                     failed[name] = fit.quick_reject(view, request) or \
                         'container %r (%s): no GPU holds it' % (
-                            wants[0].name, wants[0].describe())
+                            want.name, want.describe())
                     continue
                 found.append((key, view, None))
             else:
@@ -183,7 +111,8 @@ class Packer:
                 if isinstance(result, str):
                     failed[name] = result
                     continue
-                found.append((placement_key(score, view, result),
+                found.append((fitrank.placement_key(score, view,
+                                                    result.containers),
                               view, result))
             if len(found) >= self.candidates:
                 break

@@ -13,13 +13,15 @@ names a distinct GPU, which the container gets whole, with ``/dev/kfd``,
 its DRM nodes and the ROCr environment. With a pod source (pods scheduled
 by the extender), the GPUs, CU ranges and memory come from the node's
 allocation record, never from pod annotations (see
-:mod:`amdgpu_virt.k8s.sharedalloc`): only a live pod bound here that the
-record holds is served, with exactly its grants (``HSA_CU_MASK``, memory
-limits, the ``LD_AUDIT`` library); a record that over-commits a GPU is
-refused whole (fail closed). What was served is checkpointed next to the
-plugin socket before the answer leaves, so a kubelet retry or a plugin
-restart gets the same answer. The pod's HAMi annotations are then written
-as a mirror and the node lock is released.
+:mod:`amdgpu_virt.k8s.sharedserve` and :mod:`amdgpu_virt.k8s.sharedalloc`):
+only a live pod bound here that the record holds, and that the node lock
+names by name and UID, is served, with exactly its grants
+(``HSA_CU_MASK``, memory limits, the ``LD_AUDIT`` library); a record that
+over-commits a GPU is refused whole (fail closed), and so is a late
+Allocate of a pod deleted or replaced mid-allocation. What was served is
+checkpointed next to the plugin socket before the answer leaves, so a
+kubelet retry or a plugin restart gets the same answer. The pod's HAMi
+annotations are then written as a mirror and the node lock is released.
 
 With a role ledger (:mod:`amdgpu_virt.k8s.noderoles`, read again every
 ``[kubernetes] registration_interval`` seconds), the GPUs the ledger does
@@ -36,21 +38,18 @@ import os
 import threading
 from collections.abc import Callable
 from collections.abc import Iterator
-from collections.abc import Mapping
 from collections.abc import Sequence
 from typing import Any
 
 import grpc
 
 from amdgpu_virt import exception
-from amdgpu_virt import fileutil
 from amdgpu_virt import model
-from amdgpu_virt.k8s import allocrecord
 from amdgpu_virt.k8s import devices
 from amdgpu_virt.k8s import memhook
 from amdgpu_virt.k8s import noderoles
 from amdgpu_virt.k8s import pods as pods_mod
-from amdgpu_virt.k8s import sharedalloc
+from amdgpu_virt.k8s import sharedserve
 from amdgpu_virt.k8s.proto.deviceplugin.v1beta1 import api_pb2
 from amdgpu_virt.k8s.proto.deviceplugin.v1beta1 import api_pb2_grpc
 from amdgpu_virt.sharing import allocator
@@ -221,8 +220,10 @@ class DevicePlugin:
         self.cu_strategy = cu_strategy
         self.library = library
         self.roles = roles
-        self._allocate_lock = threading.Lock()
-        self._served: sharedalloc.Served | None = None
+        self._shared = None if pod_source is None else \
+            sharedserve.SharedServer(
+                pod_source, self.units, share_count, library,
+                self.socket_path + '.served.json', resource_name)
         self.cond = threading.Condition()
         #: bumped whenever the device list changes
         self.version = 0
@@ -280,11 +281,10 @@ class DevicePlugin:
             annotation at fault.
         """
         self._check_offered(device_ids, request)
-        if self.pod_source is None:
+        if self._shared is None:
             allocation = self.index.whole_gpus(device_ids, request)
         else:
-            with self._allocate_lock:
-                allocation = self._allocate_shared(device_ids, request)
+            allocation = self._shared.allocate(device_ids, request)
         LOG.info('Allocated %s for %s: %s', self.resource_name, request,
                  dict(allocation.envs).get('ROCR_VISIBLE_DEVICES'))
         return allocation
@@ -306,84 +306,6 @@ class DevicePlugin:
                     'ledger (%s) does not give to Kubernetes on %s' % (
                         request, device_id, unit.gpu_address,
                         self.roles.source, self.roles.host))
-
-    def _checkpoint_path(self) -> str:
-        return self.socket_path + '.served.json'
-
-    def _load_served(self) -> sharedalloc.Served:
-        if self._served is None:
-            path = self._checkpoint_path()
-            text = fileutil.read_text(path)
-            self._served = sharedalloc.Served() if text is None else \
-                sharedalloc.Served.decode(text, path)
-        return self._served
-
-    def _save_served(self, served: sharedalloc.Served) -> None:
-        path = self._checkpoint_path()
-        try:
-            fileutil.atomic_write(path, served.encode(), mode=0o600)
-        except OSError as err:
-            raise exception.DevicePluginError(
-                resource=self.resource_name, reason='cannot write the '
-                'checkpoint %s: %s' % (path, err)) from None
-        self._served = served
-
-    def _allocate_shared(self, device_ids: Sequence[str],
-                         request: str) -> devices.ContainerAllocation:
-        """Serve what the allocation record gives the pod being allocated.
-
-        Idempotent: a request for device IDs already served to a live pod
-        (a kubelet retry after a lost answer, or after a restart of this
-        plugin) gets the same answer and books nothing.
-        """
-        source = self.pod_source
-        assert source is not None
-        record = source.allocation_record()
-        allocrecord.check(record, sharedalloc.capacity(
-            self.units, self.share_count))
-        pods = source.pods_on_node()
-        live = sharedalloc.live_pods(record, pods)
-        served = self._load_served().only(record.pods)
-        hit = served.lookup(device_ids)
-        if hit is not None and hit[0] in live:
-            grants, index = record.pods[hit[0]], hit[1]
-            LOG.info('%s: again for %s container %d (a retry)', request,
-                     grants.describe(), index)
-        else:
-            grants, index = sharedalloc.choose(
-                record, live, served, source.node_lock(), len(device_ids),
-                request)
-            served = served.add(grants.uid, index, device_ids)
-        allocation = sharedalloc.container_allocation(
-            grants, index, self.units, self.library)
-        # recorded before the answer leaves: a retry after a lost answer
-        # or a restart finds it
-        self._save_served(served)
-        self._mirror(live[grants.uid], grants, served.of(grants.uid))
-        LOG.info('%s container %d: %s', grants.describe(), index,
-                 dict(allocation.envs))
-        return allocation
-
-    def _mirror(self, pod: Mapping[str, Any],
-                grants: allocrecord.PodGrants, served: frozenset[int]
-                ) -> None:
-        """The HAMi annotations as a mirror; the node lock released once
-        every container is served."""
-        source = self.pod_source
-        assert source is not None
-        meta = pod.get('metadata') or {}
-        try:
-            allocated: hami.PodDevices | None = hami.decode_pod_devices(
-                (meta.get('annotations') or {}).get(
-                    hami.DEVICES_ALLOCATED, ''))
-        except exception.HamiProtocolError:
-            allocated = None
-        annotations, done = sharedalloc.mirror(grants, served, allocated)
-        source.annotate_pod({'metadata': {
-            'namespace': grants.namespace, 'name': grants.name,
-            'uid': grants.uid}}, annotations)
-        if done:
-            source.release_lock(grants.namespace, grants.name)
 
     # lifecycle
     def start(self) -> DevicePlugin:

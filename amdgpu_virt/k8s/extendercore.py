@@ -344,7 +344,7 @@ class Extender:
                     'scheduler' % (key, uid, node))
             self.bookings.binding(name, namespace, uid, node)
             return
-        self.locker.acquire(node, namespace, name)
+        self.locker.acquire(node, namespace, name, uid)
         try:
             self.bookings.allocating(name, namespace)
             self.bookings.binding(name, namespace, uid, node)

@@ -28,6 +28,10 @@ semantics:
   little the placement grows the node's expected fragmentation, unless
   the pod names its GPU policy.
 
+The request is decoded in :mod:`~amdgpu_virt.k8s.fitrequest`, the
+node's view built in :mod:`~amdgpu_virt.k8s.fitview` (both re-exported
+here); this module takes the decision.
+
 "Does not fit" is a readable reason string, never an exception; the
 filter's :class:`Decision` carries a :class:`FitCode` (kube-scheduler's
 status codes) and gives every node's reason as a coded :class:`NodeReason`.
@@ -38,7 +42,6 @@ from __future__ import annotations
 import collections
 import dataclasses
 import enum
-import logging
 import operator
 from collections.abc import Callable
 from collections.abc import Iterable
@@ -48,396 +51,26 @@ from collections.abc import Sequence
 from typing import Any
 
 from amdgpu_virt import exception
+from amdgpu_virt.k8s.fitrequest import MANAGED_RESOURCES
+from amdgpu_virt.k8s.fitrequest import ContainerRequest
+from amdgpu_virt.k8s.fitrequest import PodRequest
+from amdgpu_virt.k8s.fitrequest import pod_request
+from amdgpu_virt.k8s.fitview import GpuState
+from amdgpu_virt.k8s.fitview import NodeView
+from amdgpu_virt.k8s.fitview import PodUsage
+from amdgpu_virt.k8s.fitview import build_view
+from amdgpu_virt.k8s.fitview import usable_device
 from amdgpu_virt.sharing import allocator
 from amdgpu_virt.sharing import hami
 from amdgpu_virt.sharing import packing
 
-LOG = logging.getLogger(__name__)
-
-MANAGED_RESOURCES = hami.RESOURCES
-_FORBIDDEN_TEXT = ',:;'
-
-
-# --- what a pod asks for -----------------------------------------------------
-
-@dataclasses.dataclass(frozen=True)
-class ContainerRequest:
-    """What one container asks of each of its GPUs.
-
-    :ivar name: container name (for reasons).
-    :ivar nums: GPUs (0: the container asks for none).
-    :ivar mem: MiB per GPU; 0 means the whole card's memory.
-    :ivar percent: percent of each GPU's CUs, 1..100.
-    """
-
-    name: str
-    nums: int = 0
-    mem: int = 0
-    percent: int = 100
-
-    @property
-    def exclusive(self) -> bool:
-        """A whole GPU: all CUs and no memory limit."""
-        return self.percent == 100 and not self.mem
-
-    def describe(self) -> str:
-        what = '%d GPU%s' % (self.nums, '' if self.nums == 1 else 's')
-        if self.exclusive:
-            return '%s, whole' % what
-        return '%s, %d%% of CUs, %s' % (
-            what, self.percent, '%d MiB' % self.mem if self.mem
-            else 'all memory')
-
-
-@dataclasses.dataclass(frozen=True)
-class PodRequest:
-    """The AMD GPU request of a pod, init containers first."""
-
-    containers: tuple[ContainerRequest, ...]
-    use_types: tuple[str, ...] = ()
-    nouse_types: tuple[str, ...] = ()
-    use_uuids: frozenset[str] = frozenset()
-    nouse_uuids: frozenset[str] = frozenset()
-    node_policy: str = hami.DEFAULT_NODE_SCHEDULER_POLICY
-    gpu_policy: str = hami.DEFAULT_GPU_SCHEDULER_POLICY
-    #: the pod names its GPU policy (else it is the default)
-    gpu_policy_set: bool = False
-
-    @property
-    def wants_gpus(self) -> bool:
-        return any(c.nums for c in self.containers)
-
-    @property
-    def filtered(self) -> bool:
-        """The pod restricts which GPUs it takes (types or uuids)."""
-        return bool(self.use_types or self.nouse_types or self.use_uuids
-                    or self.nouse_uuids)
-
-    def shapes(self, reference_mem: int) -> tuple[packing.Shape, ...]:
-        """The containers' shapes for the request mix; memory as a
-        fraction of ``reference_mem`` MiB."""
-        result = []
-        for want in self.containers:
-            if not want.nums:
-                continue
-            if want.exclusive:
-                result.append(packing.Shape.whole_gpus(want.nums))
-            else:
-                result.append(packing.Shape.share(
-                    want.percent / 100,
-                    want.mem / reference_mem if want.mem and reference_mem
-                    else 1.0, want.nums, want.mem))
-        return tuple(result)
-
-
-def _quantity(field: str, value: Any) -> int:
-    if isinstance(value, bool):
-        raise exception.ExtenderRequestError(
-            field=field, reason='%r is not a whole number' % (value,))
-    if isinstance(value, int):
-        number = value
-    elif isinstance(value, str) and value.strip().lstrip('+').isdigit() \
-            and value.strip().isascii():
-        number = int(value.strip())
-    else:
-        raise exception.ExtenderRequestError(
-            field=field, reason='%r is not a whole number' % (value,))
-    if number > (1 << 31) - 1:
-        raise exception.ExtenderRequestError(
-            field=field, reason='%d is too large' % number)
-    return number
-
-
-def _words(annotations: Mapping[str, Any], key: str) -> tuple[str, ...]:
-    value = annotations.get(key)
-    if not isinstance(value, str):
-        return ()
-    return tuple(w.strip().lower() for w in value.split(',') if w.strip())
-
-
-def pod_request(pod: Mapping[str, Any],
-                default_node_policy: str = hami.DEFAULT_NODE_SCHEDULER_POLICY,
-                default_gpu_policy: str = hami.DEFAULT_GPU_SCHEDULER_POLICY
-                ) -> PodRequest:
-    """Decode a pod's AMD GPU request (``Pod`` as the API serves it).
-
-    :raises ExtenderRequestError: a non-integer or out-of-range resource,
-        or an unknown scheduling policy, naming the container and field.
-    """
-    if not isinstance(pod, Mapping):
-        raise exception.ExtenderRequestError(field='Pod',
-                                             reason='not an object')
-    spec = pod.get('spec') or {}
-    meta = pod.get('metadata') or {}
-    if not isinstance(spec, Mapping) or not isinstance(meta, Mapping):
-        raise exception.ExtenderRequestError(
-            field='Pod.spec', reason='spec and metadata must be objects')
-    containers = []
-    for kind in ('initContainers', 'containers'):
-        items = spec.get(kind) or []
-        if not isinstance(items, list):
-            raise exception.ExtenderRequestError(
-                field='Pod.spec.%s' % kind, reason='not a list')
-        for number, container in enumerate(items):
-            if not isinstance(container, Mapping):
-                raise exception.ExtenderRequestError(
-                    field='Pod.spec.%s[%d]' % (kind, number),
-                    reason='not an object')
-            name = str(container.get('name') or '#%d' % number)
-            resources = container.get('resources') or {}
-            limits = (resources.get('limits') or {}) \
-                if isinstance(resources, Mapping) else {}
-            if not isinstance(limits, Mapping):
-                limits = {}
-            where = 'Pod.spec.%s[%s].resources.limits' % (kind, name)
-            present = [r for r in MANAGED_RESOURCES if r in limits]
-            if not present:
-                containers.append(ContainerRequest(name))
-                continue
-            nums = _quantity('%s[%s]' % (where, hami.RESOURCE_GPU),
-                             limits[hami.RESOURCE_GPU]) \
-                if hami.RESOURCE_GPU in limits else 1
-            mem = _quantity('%s[%s]' % (where, hami.RESOURCE_GPUMEM),
-                            limits.get(hami.RESOURCE_GPUMEM, 0))
-            field = '%s[%s]' % (where, hami.RESOURCE_GPUCORES)
-            try:
-                percent = hami.parse_percent(
-                    limits.get(hami.RESOURCE_GPUCORES, 100), field)
-            except exception.HamiProtocolError as err:
-                raise exception.ExtenderRequestError(
-                    field=field, reason=err.kwargs['reason']) from None
-            containers.append(ContainerRequest(name, nums, mem, percent))
-    annotations = meta.get('annotations') or {}
-    if not isinstance(annotations, Mapping):
-        annotations = {}
-    policies = []
-    for key, default, allowed in (
-            (hami.NODE_SCHEDULER_POLICY, default_node_policy,
-             hami.NODE_SCHEDULER_POLICIES),
-            (hami.GPU_SCHEDULER_POLICY, default_gpu_policy,
-             hami.GPU_SCHEDULER_POLICIES)):
-        value = annotations.get(key) or default
-        if value not in allowed:
-            raise exception.ExtenderRequestError(
-                field='Pod.metadata.annotations[%s]' % key,
-                reason='%r is none of %s' % (value, ', '.join(allowed)))
-        policies.append(str(value))
-    return PodRequest(
-        containers=tuple(containers),
-        use_types=_words(annotations, hami.USE_GPUTYPE),
-        nouse_types=_words(annotations, hami.NOUSE_GPUTYPE),
-        use_uuids=frozenset(_words(annotations, hami.USE_GPU_UUID)),
-        nouse_uuids=frozenset(_words(annotations, hami.NOUSE_GPU_UUID)),
-        node_policy=policies[0], gpu_policy=policies[1],
-        gpu_policy_set=bool(annotations.get(hami.GPU_SCHEDULER_POLICY)))
-
-
-# --- what a node offers ------------------------------------------------------
-
-@dataclasses.dataclass(frozen=True)
-class GpuState:
-    """One registered GPU and what the node's pods use of it.
-
-    :ivar free_mask: free CUs in the CU allocator's view (pods' stored
-        ranges, and ranges the strategy would give to pods not allocated
-        yet), whole allocation units only.
-    """
-
-    info: hami.DeviceInfo
-    unit: int
-    used_slots: int
-    used_cores: int
-    used_mem: int
-    free_mask: int
-    #: free CUs a new consumer may get (the counts and the CU view agree)
-    usable_cores: int = dataclasses.field(init=False, compare=False)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, 'usable_cores', max(0, min(
-            self.info.devcore - self.used_cores,
-            self.free_mask.bit_count())))
-
-    @property
-    def free_cores(self) -> int:
-        return self.info.devcore - self.used_cores
-
-    @property
-    def free_mem(self) -> int:
-        return self.info.devmem - self.used_mem
-
-    @property
-    def idle(self) -> bool:
-        """Nothing uses the GPU: a whole-GPU request may take it."""
-        return not (self.used_slots or self.used_cores or self.used_mem) \
-            and self.usable_cores >= self.info.devcore
-
-    def free(self) -> packing.GpuFree:
-        """What is free, for the fragmentation score."""
-        info = self.info
-        return packing.GpuFree(
-            round(self.usable_cores / info.devcore, 4),
-            round(max(0, self.free_mem) / info.devmem, 4),
-            self.used_slots < info.count, self.idle, max(0, self.free_mem))
-
-    @property
-    def usage(self) -> float:
-        """Slots, CUs and memory used, each as a fraction, summed (0..3)."""
-        info = self.info
-        return (self.used_slots / info.count if info.count > 0 else 1.0) + \
-            self.used_cores / info.devcore + self.used_mem / info.devmem
-
-
-@dataclasses.dataclass(frozen=True)
-class NodeView:
-    """A node's AMD GPUs as the extender sees them.
-
-    :ivar problem: why nothing may be placed here (fail closed), or None.
-    :ivar usage: mean GPU usage, 0..1 (the node policies' measure).
-    """
-
-    name: str
-    gpus: tuple[GpuState, ...]
-    problem: str | None = None
-    usage: float = 0.0
-    #: most free CUs / MiB on one GPU, and GPUs with a free slot
-    max_free_cores: int = 0
-    max_free_mem: int = 0
-    open_gpus: int = 0
-    #: sort keys of the node policies (busiest or idlest first, by name)
-    rank_binpack: tuple[float, str] = (0.0, '')
-    rank_spread: tuple[float, str] = (0.0, '')
-    #: healthy GPUs, what is free on them (same order), idle ones, and
-    #: the free CUs (in GPUs) of the others
-    healthy: tuple[GpuState, ...] = ()
-    frees: tuple[packing.GpuFree, ...] = ()
-    idle_gpus: int = 0
-    partial_free: float = 0.0
-    #: what a placement depends on, per healthy GPU: equal signatures
-    #: take the same placements at the same cost
-    signature: tuple[tuple[int, ...], ...] = ()
-
-
-def usable_device(device: hami.DeviceInfo) -> str | None:
-    """Why a registered device cannot be scheduled on (None: it can)."""
-    if not device.id or any(c in device.id for c in _FORBIDDEN_TEXT):
-        return 'id %r is empty or holds one of %s' % (device.id,
-                                                     _FORBIDDEN_TEXT)
-    if any(c in device.type for c in _FORBIDDEN_TEXT):
-        return 'type %r holds one of %s' % (device.type, _FORBIDDEN_TEXT)
-    if device.devcore <= 0 or device.devcore > allocator.MAX_CUS:
-        return 'devcore %d is not a CU count' % device.devcore
-    if device.devmem <= 0:
-        return 'devmem %d is not a memory size' % device.devmem
-    if device.count <= 0:
-        return 'count %d offers no slot' % device.count
-    if device.devcore % device.cu_unit:
-        return '%d CUs are not whole units of %d' % (device.devcore,
-                                                     device.cu_unit)
-    return None
-
-
-#: (owner, devices of each container, CU ranges per GPU uuid or None)
-PodUsage = tuple[str, hami.PodDevices, Mapping[str, int] | None]
-
-
-def build_view(name: str, devices: Sequence[hami.DeviceInfo],
-               pods: Iterable[PodUsage],
-               strategy: allocator.CuStrategy | None = None,
-               problem: str | None = None) -> NodeView:
-    """The node's GPUs with their usage.
-
-    :param devices: usable AMD devices (see :func:`usable_device`); a
-        device registered twice is kept once.
-    :param pods: usage of the node's live pods.
-    :param strategy: CU strategy of the device plugin (for the ranges of
-        pods not allocated yet).
-    :param problem: a known reason to place nothing here.
-    """
-    strategy = strategy or allocator.BestFitStrategy()
-    by_id: dict[str, hami.DeviceInfo] = {}
-    for device in devices:
-        by_id.setdefault(device.id.lower(), device)
-    slots = collections.Counter[str]()
-    cores = collections.Counter[str]()
-    mem = collections.Counter[str]()
-    pending: list[tuple[str, str, int]] = []
-    stored: list[tuple[str, str, int]] = []
-    for owner, containers, cu_masks in pods:
-        mine: dict[str, int] = {}   # a plain dict: one per pod, keep it cheap
-        for container in containers:
-            for used in container:
-                uuid = used.uuid.lower()
-                if uuid not in by_id:
-                    LOG.debug('node %s: pod %s uses GPU %s, which is not '
-                              'registered; ignored', name, owner, used.uuid)
-                    continue
-                slots[uuid] += 1
-                cores[uuid] += used.usedcores
-                mem[uuid] += used.usedmem
-                mine[uuid] = mine.get(uuid, 0) + used.usedcores
-        for uuid, count in mine.items():
-            mask = None
-            if cu_masks:
-                mask = cu_masks.get(uuid)
-                if mask is None:
-                    for key, value in cu_masks.items():
-                        if key.lower() == uuid:
-                            mask = value
-            if mask:
-                stored.append((owner, uuid, mask))
-                count -= mask.bit_count()
-            if count > 0:
-                pending.append((owner, uuid, count))
-    allocators: dict[str, allocator.CuAllocator] = {}
-    for uuid in {uuid for _o, uuid, _m in stored} | \
-            {uuid for _o, uuid, _c in pending}:
-        device = by_id[uuid]
-        allocators[uuid] = allocator.CuAllocator(
-            uuid, device.devcore, unit=device.cu_unit, strategy=strategy)
-    for owner, uuid, mask in stored:
-        try:
-            allocators[uuid].claim_mask(owner, mask)
-        except exception.SharingError as err:
-            problem = problem or 'pod %s: stored CU ranges unusable: %s' % (
-                owner, err)
-    for owner, uuid, count in pending:
-        alloc = allocators[uuid]
-        if count >= alloc.total:
-            if not alloc.used_count:
-                alloc.claim_mask(owner + '#pending', alloc.full_mask)
-            continue
-        try:
-            alloc.allocate_mask(owner + '#pending', count)
-        except exception.SharingError:
-            # over-committed by someone else: the counts still say so
-            LOG.debug('node %s: %d CUs of %s for %s do not fit the CU view',
-                      name, count, uuid, owner)
-    states = []
-    for uuid, device in by_id.items():
-        used_alloc = allocators.get(uuid)
-        # an untouched GPU: all its CUs (whole units, see usable_device)
-        free = (1 << device.devcore) - 1 if used_alloc is None else \
-            allocator.whole_units(used_alloc.free_mask, device.cu_unit)
-        states.append(GpuState(device, device.cu_unit, slots[uuid],
-                               cores[uuid], mem[uuid], free))
-    states.sort(key=lambda s: (s.info.index, s.info.id))
-    usage = sum(s.usage for s in states) / (3 * len(states)) if states \
-        else 0.0
-    healthy = tuple(s for s in states if s.info.health)
-    frees = tuple(s.free() for s in healthy)
-    return NodeView(
-        name=name, gpus=tuple(states), problem=problem, usage=usage,
-        max_free_cores=max((s.usable_cores for s in healthy), default=0),
-        max_free_mem=max((s.free_mem for s in healthy), default=0),
-        open_gpus=sum(1 for s in healthy
-                      if s.used_slots < s.info.count),
-        rank_binpack=(-usage, name), rank_spread=(usage, name),
-        healthy=healthy, frees=frees,
-        idle_gpus=sum(1 for f in frees if f.idle),
-        partial_free=sum(f.cus for f in frees if not f.idle),
-        signature=tuple((s.usable_cores, s.free_mem, s.used_slots,
-                         s.info.count, s.info.devcore, s.info.devmem,
-                         s.unit, int(s.idle)) for s in healthy))
+__all__ = [
+    'MANAGED_RESOURCES', 'ContainerRequest', 'Decision', 'FitCode',
+    'GpuState', 'NodeFit', 'NodeReason', 'NodeView', 'PodRequest',
+    'PodUsage', 'Reasons', 'build_view', 'chosen_decision', 'decide',
+    'decide_in_order', 'fit_node', 'packed_gpu_cost', 'placement_usage',
+    'pod_request', 'quick_reject', 'usable_device',
+]
 
 
 # --- the decision ------------------------------------------------------------

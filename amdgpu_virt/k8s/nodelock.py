@@ -1,21 +1,33 @@
 """HAMi's node lock (``hami.io/mutex.lock``) as the extender's bind takes it.
 
 One pod at a time may be between bind and the device plugin's Allocate on
-a node: the lock says which. :class:`NodeLocker` sets it with a merge
-patch that carries the node's resourceVersion (a conflict is retried with
-backoff) and refuses a lock that is held, as HAMi does, even by the same
-pod, unless it is *stale*:
+a node: the lock says which. Kubelet's Allocate names no pod, so the
+device plugin serves the pod the lock names, and the lock must therefore
+never pass to another pod while the kubelet may still send the holder's
+Allocate. :class:`NodeLocker` sets it with a merge patch that carries the
+node's resourceVersion (a conflict is retried with backoff), writing the
+holder's UID next to it (:data:`LOCK_UID`, so that a pod deleted and
+created again under the same name is not taken for the holder), and
+refuses a lock that is held, as HAMi does, even by the same pod, unless
+it is *stale*:
 
 * expired: older than the lock timeout (HAMi: 5 minutes);
 * its owner pod has finished or was allocated (``hami.io/bind-phase:
   success``: the device plugin's release was lost);
-* its owner pod no longer exists, has finished, or is not bound to the
-  node, once the lock is older than ``grace`` seconds: within the grace a
-  bind in progress (the lock is taken before the binding) keeps its lock,
-  and so does a pod deleted mid-allocation, whose late Allocate the
-  device plugin then refuses rather than serving it the next pod's
-  allocation; after it, a failed bind whose release was lost does not
-  hold the node for the whole timeout.
+* its owner pod exists, with the UID the lock names, but is not bound to
+  the node, once the lock is older than ``grace`` seconds: within the
+  grace a bind in progress (the lock is taken before the binding) keeps
+  its lock; after it, a failed bind whose release was lost does not hold
+  the node for the whole timeout.
+
+A lock whose owner is *gone* (deleted, or replaced by a pod of another
+UID under its name) is not stale before it expires, however old: the
+pod may have been bound, and its late Allocate must still find the lock
+that names it, so that the device plugin refuses it instead of serving
+it the next pod's allocation. The device plugin retires such a lock once
+it refused an Allocate under it (kubelet's admission of the pod then
+failed: no further Allocate comes for it); the extender's own failed
+bind releases its lock at once.
 
 A lock value that cannot be read is refused, as HAMi refuses it: it may
 be a live lock of a writer we do not understand, and two pods allocating
@@ -44,6 +56,8 @@ from amdgpu_virt.sharing import hami
 LOG = logging.getLogger(__name__)
 
 DONE_PHASES = ('Succeeded', 'Failed')
+#: node annotation next to the lock: the UID of the pod it was taken for
+LOCK_UID = pods.LOCK_UID
 
 
 def _utcnow() -> datetime.datetime:
@@ -56,8 +70,8 @@ class NodeLocker:
     :param core_api: the API client.
     :param timeout: age after which a lock has expired.
     :param wait: seconds :meth:`acquire` waits for a held lock.
-    :param grace: seconds before a lock of a gone, finished or unbound pod
-        is stale.
+    :param grace: seconds before the lock of a pod that exists but is not
+        bound to the node is stale.
     :param clock: current time (aware).
     :param sleep: how to wait between attempts.
     """
@@ -80,8 +94,10 @@ class NodeLocker:
                              _preload_content=False)
         return json.loads(response.data)
 
-    def _owner_state(self, lock: hami.NodeLock, node: str) -> str:
-        """``'live'``, ``'done'`` (finished), ``'gone'`` or ``'unbound'``
+    def _owner_state(self, lock: hami.NodeLock, node: str,
+                     uid: str | None = None) -> str:
+        """``'live'``, ``'done'`` (finished), ``'gone'`` (deleted, or
+        replaced by a pod of another UID than ``uid``) or ``'unbound'``
         (bound to no or another node)."""
         if not lock.namespace or not lock.pod:
             return 'live'
@@ -93,7 +109,10 @@ class NodeLocker:
         except exception.KubernetesNotFound:
             return 'gone'
         pod = json.loads(response.data)
-        annotations = (pod.get('metadata') or {}).get('annotations') or {}
+        meta = pod.get('metadata') or {}
+        if uid and meta.get('uid') != uid:
+            return 'gone'
+        annotations = meta.get('annotations') or {}
         if (pod.get('status') or {}).get('phase') in DONE_PHASES or \
                 annotations.get(hami.BIND_PHASE) == \
                 hami.BindPhase.SUCCESS.value:
@@ -104,9 +123,12 @@ class NodeLocker:
         return 'live'
 
     def holder(self, value: str, now: datetime.datetime, node: str = '?',
-               requester: str = '?') -> hami.NodeLock | None:
+               requester: str = '?', uid: str | None = None
+               ) -> hami.NodeLock | None:
         """The live lock ``value`` stands for, or None when it is stale.
 
+        :param uid: the UID the lock was taken for (:data:`LOCK_UID`), if
+            known.
         :raises NodeLockError: the value cannot be read (naming ``node``
             and the ``requester`` pod).
         """
@@ -121,18 +143,19 @@ class NodeLocker:
             LOG.info('Node lock %r expired (older than %s)', value,
                      self.timeout)
             return None
-        state = self._owner_state(lock, node)
+        state = self._owner_state(lock, node, uid)
         # unbound counts only with a grace: the lock is taken before the
-        # binding
-        if state == 'done' or now - lock.time >= self.grace and (
-                state == 'gone' or state == 'unbound' and self.grace):
+        # binding; gone never does (its late Allocate must find the lock)
+        if state == 'done' or state == 'unbound' and self.grace and \
+                now - lock.time >= self.grace:
             LOG.info('Node lock %r is stale: pod %s/%s is %s (node %s)',
                      value, lock.namespace, lock.pod, state, node)
             return None
         return lock
 
-    def acquire(self, node: str, namespace: str, pod: str) -> None:
-        """Lock ``node`` for pod ``namespace/pod``.
+    def acquire(self, node: str, namespace: str, pod: str,
+                uid: str | None = None) -> None:
+        """Lock ``node`` for pod ``namespace/pod`` (of UID ``uid``).
 
         :raises NodeLockError: held by another live pod (or by this pod:
             HAMi refuses that too) for longer than ``wait``, or the node
@@ -144,15 +167,20 @@ class NodeLocker:
         while True:
             obj = self._node(node)
             meta = obj.get('metadata') or {}
-            value = (meta.get('annotations') or {}).get(hami.NODE_LOCK)
+            annotations = meta.get('annotations') or {}
+            value = annotations.get(hami.NODE_LOCK)
             now = self.clock()
             held = self.holder(value, now, node, '%s/%s' % (
-                namespace, pod)) if value else None
+                namespace, pod), pods.lock_uid(annotations)) \
+                if value else None
             if held is None:
+                lock = hami.encode_node_lock(hami.NodeLock(now, namespace,
+                                                           pod))
                 body = {'metadata': {
                     'resourceVersion': meta.get('resourceVersion'),
-                    'annotations': {hami.NODE_LOCK: hami.encode_node_lock(
-                        hami.NodeLock(now, namespace, pod))}}}
+                    'annotations': {hami.NODE_LOCK: lock, LOCK_UID:
+                                    pods.encode_lock_uid(uid, lock)
+                                    if uid else None}}}
                 try:
                     pods.call('PATCH node %s' % node, self.api.patch_node,
                               node, body, _content_type=pods.MERGE_PATCH,
@@ -192,7 +220,8 @@ class NodeLocker:
             if not lock.held_by(namespace, pod):
                 return False
             body = {'metadata': {'resourceVersion': meta.get(
-                'resourceVersion'), 'annotations': {hami.NODE_LOCK: None}}}
+                'resourceVersion'), 'annotations': {hami.NODE_LOCK: None,
+                                                    LOCK_UID: None}}}
             try:
                 pods.call('PATCH node %s' % node, self.api.patch_node, node,
                           body, _content_type=pods.MERGE_PATCH,

@@ -20,6 +20,27 @@ from amdgpu_virt.sharing import hami
 LOG = logging.getLogger(__name__)
 
 MERGE_PATCH = 'application/merge-patch+json'
+#: node annotation next to HAMi's node lock: ``<pod UID> <lock value>``,
+#: the UID of the pod the lock was taken for (written and removed with
+#: the lock; the lock value pairs it with that very lock, so a lock
+#: another writer such as HAMi's scheduler took over is not given a UID
+#: that is not its own)
+LOCK_UID = 'amdgpu-virt.io/node-lock-uid'
+
+
+def encode_lock_uid(uid: str, lock_value: str) -> str:
+    """The :data:`LOCK_UID` value for ``uid`` holding ``lock_value``."""
+    return '%s %s' % (uid, lock_value)
+
+
+def lock_uid(annotations: Mapping[str, Any]) -> str | None:
+    """The UID the node lock in ``annotations`` was taken for, or None
+    (no UID, or one written for another lock value)."""
+    value, lock = annotations.get(LOCK_UID), annotations.get(hami.NODE_LOCK)
+    if not isinstance(value, str) or not isinstance(lock, str):
+        return None
+    uid, _sep, held = value.partition(' ')
+    return uid if uid and held == lock else None
 
 
 #: calls the API, converting every error (see :func:`.client.call`)
@@ -42,6 +63,14 @@ class PodSource(abc.ABC):
         :raises KubernetesError: the node cannot be read.
         """
 
+    def node_lock_holder(self) -> tuple[str | None, str | None]:
+        """(the node lock value, the UID it was taken for) from one read
+        of the node; either may be None.
+
+        :raises KubernetesError: the node cannot be read.
+        """
+        return self.node_lock(), None
+
     @abc.abstractmethod
     def pods_on_node(self) -> list[dict[str, Any]]:
         """Every pod bound to the node (any phase).
@@ -59,8 +88,11 @@ class PodSource(abc.ABC):
         """
 
     @abc.abstractmethod
-    def release_lock(self, namespace: str, name: str) -> None:
-        """Remove the node lock if that pod holds it (else do nothing).
+    def release_lock(self, namespace: str, name: str,
+                     uid: str | None = None) -> None:
+        """Remove the node lock if that pod holds it (else do nothing);
+        with ``uid``, only if the lock was taken for that UID (or names
+        none).
 
         :raises KubernetesError: the node cannot be read or written.
         """
@@ -98,9 +130,12 @@ class KubernetesPodSource(PodSource):
         return json.loads(response.data)
 
     def node_lock(self) -> str | None:
+        return self.node_lock_holder()[0]
+
+    def node_lock_holder(self) -> tuple[str | None, str | None]:
         annotations = self._node().get('metadata', {}).get(
             'annotations') or {}
-        return annotations.get(hami.NODE_LOCK)
+        return annotations.get(hami.NODE_LOCK), lock_uid(annotations)
 
     def pods_on_node(self) -> list[dict[str, Any]]:
         response = call(
@@ -126,11 +161,13 @@ class KubernetesPodSource(PodSource):
                    meta.get('namespace'), body, _content_type=MERGE_PATCH,
                    _preload_content=False)
 
-    def release_lock(self, namespace: str, name: str) -> None:
+    def release_lock(self, namespace: str, name: str,
+                     uid: str | None = None) -> None:
         for _attempt in range(5):
             node = self._node()
             meta = node.get('metadata') or {}
-            value = (meta.get('annotations') or {}).get(hami.NODE_LOCK)
+            annotations = meta.get('annotations') or {}
+            value = annotations.get(hami.NODE_LOCK)
             if not value:
                 return
             try:
@@ -139,8 +176,12 @@ class KubernetesPodSource(PodSource):
                 lock = None
             if lock is not None and not lock.held_by(namespace, name):
                 return
+            held_for = lock_uid(annotations)
+            if uid and held_for and held_for != uid:
+                return   # the lock of another pod of that name
             body = {'metadata': {'resourceVersion': meta.get(
-                'resourceVersion'), 'annotations': {hami.NODE_LOCK: None}}}
+                'resourceVersion'), 'annotations': {
+                    hami.NODE_LOCK: None, LOCK_UID: None}}}
             try:
                 call('PATCH node %s' % self.node_name,
                            self.api.patch_node, self.node_name, body,

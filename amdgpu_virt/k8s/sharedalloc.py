@@ -1,10 +1,15 @@
 """Allocate for pods the allocation record places on this node.
 
 Kubelet's Allocate carries device IDs only, never the pod. The pod is
-the one the node lock (``hami.io/mutex.lock``) names, else the earliest
-booked pod with containers left to serve; either way it must be a live
-pod bound to this node whose UID the node's allocation record
-(:mod:`amdgpu_virt.k8s.allocrecord`) holds. Pod annotations are never
+the one the node lock (``hami.io/mutex.lock``, with the UID it was taken
+for next to it) names, else the earliest booked pod with containers left
+to serve; either way it must be a live pod bound to this node whose UID
+the node's allocation record (:mod:`amdgpu_virt.k8s.allocrecord`) holds.
+A lock whose pod is gone, or whose name now belongs to a pod of another
+UID, is refused (:class:`~amdgpu_virt.exception.LockHolderGone`): the
+Allocate is that pod's late one, and the lock stays until this refusal
+(see :mod:`amdgpu_virt.k8s.nodelock`), so it is never served another
+pod's allocation. Pod annotations are never
 trusted for what a container gets: the record's grants (GPUs, concrete
 CU ranges, MiB) are served exactly, and the annotations are written
 afterwards as a mirror for HAMi tools.
@@ -143,15 +148,19 @@ def pending(grants: allocrecord.PodGrants, served: frozenset[int]
 
 def choose(record: allocrecord.Record, live: Mapping[str, Mapping[str, Any]],
            served: Served, lock_value: str | None, count: int,
-           request: str, now: datetime.datetime | None = None
+           request: str, now: datetime.datetime | None = None,
+           lock_uid: str | None = None
            ) -> tuple[allocrecord.PodGrants, int]:
     """(the pod's grants, the container) kubelet allocates for.
 
-    A live node lock decides the pod; its holder must be a live pod that
-    the record places here. Without one, the earliest booked pod with a
-    container left is taken. The container is the first one left with
+    The live node lock decides the pod; its holder (of UID ``lock_uid``
+    when the lock names one) must be a live pod that the record places
+    here. Without a live lock nothing is served: which booked pod kubelet
+    is admitting cannot be known then, and guessing could serve one pod
+    another's allocation. The container is the first one left with
     ``count`` GPUs.
 
+    :raises LockHolderGone: the lock's pod is gone or was replaced.
     :raises DevicePluginError: naming the pod (or the lock) at fault.
     """
     now = now or datetime.datetime.now(datetime.UTC)
@@ -162,28 +171,40 @@ def choose(record: allocrecord.Record, live: Mapping[str, Mapping[str, Any]],
         except exception.HamiProtocolError:
             lock = None
         if lock is not None and lock.pod and not lock.expired(now):
-            holder = '%s/%s' % (lock.namespace, lock.pod)
+            holder = lock
+    if holder is None:
+        raise exception.DevicePluginError(
+            resource=request, reason='node %s has no live node lock (%s) '
+            'naming the pod being allocated; refusing rather than guessing '
+            'which booked pod this is' % (
+                record.node, 'none' if not lock_value else 'expired, '
+                'unreadable or naming no pod: %r' % lock_value[:80]))
+    key = '%s/%s' % (holder.namespace, holder.pod)
+
+    def holds(grants: allocrecord.PodGrants) -> bool:
+        return grants.key == key and lock_uid in (None, '', grants.uid)
+
+    if not any(holds(record.pods[uid]) for uid in live):
+        raise exception.LockHolderGone(
+            resource=request, reason='the node lock of %s is held by pod '
+            '%s%s, which is not a live pod that the allocation record '
+            'places on this node (deleted, or replaced by a pod of the same '
+            'name, mid-allocation); refusing rather than giving its devices '
+            'another pod\'s allocation' % (
+                record.node, key, ' (uid %s)' % lock_uid if lock_uid else ''),
+            namespace=holder.namespace, name=holder.pod,
+            uid=lock_uid or None)
+    # only the holder: a holder with nothing left to serve is no reason
+    # to serve another pod
     candidates = sorted(
         (record.pods[uid] for uid in live
-         if pending(record.pods[uid], served.of(uid))),
-        key=lambda g: (g.time, g.key, g.uid))
-    if holder is not None:
-        held = [g for g in candidates if g.key == holder]
-        if not held and not any(record.pods[uid].key == holder
-                                for uid in live):
-            raise exception.DevicePluginError(
-                resource=request, reason='the node lock of %s is held by '
-                'pod %s, which is not a live pod that the allocation record '
-                'places on this node (deleted mid-allocation?); refusing '
-                'rather than giving its devices another pod\'s allocation'
-                % (record.node, holder))
-        if held:
-            candidates = held
+         if holds(record.pods[uid])
+         and pending(record.pods[uid], served.of(uid))),
+        key=lambda g: (g.time, g.uid))
     if not candidates:
         raise exception.DevicePluginError(
-            resource=request, reason='no live pod bound to node %s that the '
-            'allocation record places there has containers left to serve'
-            % record.node)
+            resource=request, reason='pod %s holds the node lock of %s and '
+            'has no container left to serve' % (key, record.node))
     grants = candidates[0]
     left = pending(grants, served.of(grants.uid))
     for index in left:

@@ -13,6 +13,8 @@ every amount is in "GPUs"). For a request :class:`Shape`:
 * a share of one GPU (a fraction of its CUs and of its memory): the free
   CUs of a GPU are fragment when that GPU cannot take the share (no free
   slot, too few free CUs, or too little free memory: HAMi's three limits);
+  when a consumer must get one range of CUs (:attr:`GpuFree.runs` given),
+  the free CUs of every range too short for the share are fragment too;
 * ``k`` whole GPUs: the free CUs of partly used GPUs are fragment; when
   the node has fewer than ``k`` idle GPUs, all its free CUs are.
 
@@ -33,6 +35,7 @@ from collections.abc import Iterable
 from collections.abc import Sequence
 
 from amdgpu_virt import exception
+from amdgpu_virt.sharing import allocator
 
 #: the prior mix: shares of a GPU and whole-GPU counts, with weights
 DEFAULT_PRIOR = ('0.05:2', '0.1:2', '0.25:2', '0.5:2', '1:2', '2:1', '4:1',
@@ -142,6 +145,9 @@ class GpuFree:
     :ivar idle: nothing uses the GPU.
     :ivar mem_mib: free memory in MiB (-1: unknown; shapes asking MiB
         are then compared by fraction of the GPU's memory).
+    :ivar runs: when a consumer must get one range of CUs: the lengths
+        of the free ranges, as fractions of the GPU, ascending (see
+        :func:`runs_of`); empty: a consumer may get any set of CUs.
     """
 
     cus: float
@@ -149,6 +155,14 @@ class GpuFree:
     slot: bool
     idle: bool
     mem_mib: int = -1
+    runs: tuple[float, ...] = ()
+
+
+def runs_of(free: int, total: int) -> tuple[float, ...]:
+    """The free ranges of CU mask ``free`` on a GPU of ``total`` CUs, as
+    fractions of the GPU, ascending (for :attr:`GpuFree.runs`)."""
+    return tuple(sorted(round(length / total, 4)
+                        for _start, length in allocator.runs(free)))
 
 
 class Score:
@@ -160,15 +174,23 @@ class Score:
     def __init__(self, weights: Weights) -> None:
         self.weights = weights
         self._memo: dict[tuple[float, float, bool, int], float] = {}
+        self._ranged: dict[tuple[tuple[float, ...], float, bool, int],
+                           float] = {}
         self._whole: dict[tuple[int, float], float] = {}
 
     def share_fragment(self, cus: float, mem: float, slot: bool,
-                       mem_mib: int = -1) -> float:
+                       mem_mib: int = -1,
+                       runs: tuple[float, ...] = ()) -> float:
         """Free CUs of one GPU (in GPUs) that the mix's shares cannot use,
         weighted by the shares' weights.
 
         :param mem_mib: free MiB (-1: unknown, see :class:`GpuFree`).
+        :param runs: the free ranges when a share must get one range (see
+            :attr:`GpuFree.runs`): the CUs of a range too short for a
+            share are fragment for it.
         """
+        if runs:
+            return self._ranged_fragment(runs, mem, slot, mem_mib)
         key = (cus, mem, slot, mem_mib)
         value = self._memo.get(key)
         if value is None:
@@ -184,6 +206,24 @@ class Score:
             if len(self._memo) > 1 << 16:
                 self._memo.clear()
             self._memo[key] = value
+        return value
+
+    def _ranged_fragment(self, runs: tuple[float, ...], mem: float,
+                         slot: bool, mem_mib: int) -> float:
+        key = (runs, mem, slot, mem_mib)
+        value = self._ranged.get(key)
+        if value is None:
+            total = sum(runs)
+            value = 0.0
+            for c, m, b, w in self.weights.shares:
+                if not slot or (b > mem_mib if b and mem_mib >= 0
+                                else m > mem + _EPS):
+                    value += w * total
+                else:
+                    value += w * sum(r for r in runs if r < c - _EPS)
+            if len(self._ranged) > 1 << 16:
+                self._ranged.clear()
+            self._ranged[key] = value
         return value
 
     def whole_fragment(self, idle: int, partial: float) -> float:
@@ -205,17 +245,22 @@ class Score:
         """The node's expected fragmentation, in GPUs."""
         idle = sum(1 for g in gpus if g.idle)
         partial = sum(g.cus for g in gpus if not g.idle)
-        return sum(self.share_fragment(g.cus, g.mem, g.slot, g.mem_mib)
+        return sum(self.share_fragment(g.cus, g.mem, g.slot, g.mem_mib,
+                                       g.runs)
                    for g in gpus) + self.whole_fragment(idle, partial)
 
 
 def after(gpu: GpuFree, cus: float, mem: float, slot: bool,
-          mem_mib: int = 0) -> GpuFree:
+          mem_mib: int = 0, runs: tuple[float, ...] = ()) -> GpuFree:
     """``gpu`` once a consumer of ``cus`` and ``mem`` (fractions; and
-    ``mem_mib`` MiB) is on it; ``slot``: it still has a free slot then."""
+    ``mem_mib`` MiB) is on it; ``slot``: it still has a free slot then.
+
+    :param runs: the free ranges left (when ``gpu`` has :attr:`runs`: the
+        CU strategy decides which range the consumer gets).
+    """
     return GpuFree(max(0.0, gpu.cus - cus), max(0.0, gpu.mem - mem), slot,
                    False, max(0, gpu.mem_mib - mem_mib)
-                   if gpu.mem_mib >= 0 else -1)
+                   if gpu.mem_mib >= 0 else -1, runs if gpu.runs else ())
 
 
 def placement_cost(score: Score, gpus: Sequence[GpuFree],
@@ -242,9 +287,9 @@ def placement_cost(score: Score, gpus: Sequence[GpuFree],
             partial_after += new.cus
         if new is not gpu:
             delta += score.share_fragment(new.cus, new.mem, new.slot,
-                                          new.mem_mib) - \
+                                          new.mem_mib, new.runs) - \
                 score.share_fragment(gpu.cus, gpu.mem, gpu.slot,
-                                     gpu.mem_mib)
+                                     gpu.mem_mib, gpu.runs)
     if score.weights.wholes:
         delta += score.whole_fragment(int(idle_after), partial_after) - \
             score.whole_fragment(int(idle), partial)
@@ -253,7 +298,8 @@ def placement_cost(score: Score, gpus: Sequence[GpuFree],
 
 def share_cost(score: Score, gpu: GpuFree, cus: float, mem: float,
                slot_after: bool, idle: int, partial: float,
-               mem_mib: int = 0) -> float:
+               mem_mib: int = 0, runs_after: tuple[float, ...] = ()
+               ) -> float:
     """:func:`placement_cost` of one consumer of ``cus`` and ``mem``
     (fractions) on ``gpu``, given the node's ``idle`` GPUs and the free
     CUs (in GPUs) ``partial`` of its GPUs that are not idle, this one
@@ -262,12 +308,16 @@ def share_cost(score: Score, gpu: GpuFree, cus: float, mem: float,
 
     :param slot_after: the GPU still has a free slot afterwards.
     :param mem_mib: the consumer's MiB (when ``gpu`` knows its own).
+    :param runs_after: the free ranges left, when ``gpu`` has
+        :attr:`GpuFree.runs` (a consumer gets one range).
     """
     new_cus = max(0.0, gpu.cus - cus)
     left = max(0, gpu.mem_mib - mem_mib) if gpu.mem_mib >= 0 else -1
     delta = score.share_fragment(new_cus, max(0.0, gpu.mem - mem),
-                                 slot_after, left) - \
-        score.share_fragment(gpu.cus, gpu.mem, gpu.slot, gpu.mem_mib)
+                                 slot_after, left,
+                                 runs_after if gpu.runs else ()) - \
+        score.share_fragment(gpu.cus, gpu.mem, gpu.slot, gpu.mem_mib,
+                             gpu.runs)
     if score.weights.wholes:
         if gpu.idle:
             delta += score.whole_fragment(idle - 1, partial + new_cus) - \
@@ -289,6 +339,8 @@ class Option:
     :ivar mem: its memory, as a fraction of that GPU's.
     :ivar slot_after: that GPU still takes another consumer afterwards.
     :ivar mem_mib: its memory in MiB (0: by fraction only).
+    :ivar runs_after: the free ranges of that GPU afterwards, when it has
+        :attr:`GpuFree.runs`.
     """
 
     gpus: tuple[GpuFree, ...]
@@ -297,12 +349,21 @@ class Option:
     mem: float
     slot_after: bool = True
     mem_mib: int = 0
+    runs_after: tuple[float, ...] = ()
+
+
+def tightest_run(runs: Sequence[float], cus: float) -> float:
+    """What the shortest of ``runs`` that holds ``cus`` leaves (all
+    fractions of a GPU), or 1 when none holds it: the best fit among the
+    ranges."""
+    return min((r - cus for r in runs if r >= cus - _EPS), default=1.0)
 
 
 def best(score: Score, options: Iterable[Option]) -> int | None:
     """The position in ``options`` of the placement that grows expected
-    fragmentation least (ties: the fewest free CUs left on that GPU, then
-    the first), or None when there is none.
+    fragmentation least (ties: the tightest range when consumers get one
+    range, then the fewest free CUs left on that GPU, then the first), or
+    None when there is none.
 
     The fleet planner's entry point for ``k8s-shared`` GPUs: it lists the
     pools that fit a CU slice, and this picks among them.
@@ -315,7 +376,8 @@ def best(score: Score, options: Iterable[Option]) -> int | None:
         partial = sum(g.cus for g in option.gpus if not g.idle)
         key = (round(share_cost(score, gpu, option.cus, option.mem,
                                 option.slot_after, idle, partial,
-                                option.mem_mib), 9),
+                                option.mem_mib, option.runs_after), 9),
+               tightest_run(gpu.runs, option.cus) if gpu.runs else 0.0,
                gpu.cus - option.cus)
         if best_key is None or key < best_key:
             chosen, best_key = position, key

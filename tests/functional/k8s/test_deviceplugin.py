@@ -22,6 +22,7 @@ from amdgpu_virt.k8s import pods
 from amdgpu_virt.k8s import recordstore
 from amdgpu_virt.k8s import sharedalloc
 from amdgpu_virt.k8s.proto.deviceplugin.v1beta1 import api_pb2
+from amdgpu_virt.sharing import cumask
 from amdgpu_virt.sharing import hami
 from tests.functional.fixtures import kubeclient
 from tests.functional.fixtures import kubelet as kubelet_fixture
@@ -180,10 +181,15 @@ class HamiAllocateTest(testtools.TestCase):
         self.addCleanup(plugin.stop)
         return plugin
 
-    def _lock(self, name: str) -> None:
+    def _lock(self, name: str, uid: str | None = None) -> None:
+        """The lock as the extender's bind takes it (with the UID when
+        given)."""
+        value = '%s,team,%s' % (hami.format_rfc3339(
+            datetime.datetime.now(datetime.UTC)), name)
         self.kube.api.patch_node('n1', {'metadata': {'annotations': {
-            hami.NODE_LOCK: '%s,team,%s' % (hami.format_rfc3339(
-                datetime.datetime.now(datetime.UTC)), name)}}})
+            hami.NODE_LOCK: value,
+            pods.LOCK_UID: pods.encode_lock_uid(uid, value) if uid
+            else None}}})
 
     def _lock_value(self) -> str | None:
         node = self.kube.server.get_object('nodes', 'n1')
@@ -258,8 +264,7 @@ class HamiAllocateTest(testtools.TestCase):
         err = self.assertRaises(grpc.RpcError, self.kubelet.admit,
                                 RESOURCE, 1)
         self.assertEqual(grpc.StatusCode.INVALID_ARGUMENT, err.code())
-        self.assertIn('no live pod bound to node n1 that the allocation '
-                      'record places there', err.details())
+        self.assertIn('no live node lock', err.details())
         self.assertEqual(pod, self.kube.server.get_object('pods', 'forged',
                                                           'team'))
 
@@ -278,10 +283,77 @@ class HamiAllocateTest(testtools.TestCase):
         self.assertIn('held by pod team/gone', err.details())
         self.assertEqual(before, self.kube.server.get_object(
             'pods', 'next', 'team'))
+        # the refused Allocate was the gone pod's: its lock is retired
+        self.assertIsNone(self._lock_value())
         # once the lock is the next pod's, it gets its own allocation
         self._lock('next')
         response = self._allocate(self._ids(1, 1))
         self.assertEqual('0:38-75', response.envs['HSA_CU_MASK'])
+
+    def test_deleted_and_created_again_with_the_same_name(self) -> None:
+        # a StatefulSet pod deleted mid-allocation and created again: the
+        # new pod has the name, is bound here and booked, but the lock was
+        # taken for the old UID: the late Allocate is the old pod's
+        old = self._pod('db-0', ((self._gpu(0, 1024, 38),),))
+        old_uid = old['metadata']['uid']
+        self._lock('db-0', old_uid)
+        self.kube.api.delete_namespaced_pod('db-0', 'team')
+        recordstore.RecordStore(self.kube.api).update(
+            'n1', lambda r: allocrecord.without(r, old_uid))
+        new = self._pod('db-0', ((self._gpu(1, 2048, 76),),), when=200)
+        new_uid = new['metadata']['uid']
+        self.assertNotEqual(old_uid, new_uid)
+        before = self.kube.server.get_object('pods', 'db-0', 'team')
+        err = self.assertRaises(grpc.RpcError, self._allocate, self._ids(1))
+        self.assertEqual(grpc.StatusCode.INVALID_ARGUMENT, err.code())
+        self.assertIn('held by pod team/db-0 (uid %s)' % old_uid,
+                      err.details())
+        self.assertIn('replaced by a pod of the same name', err.details())
+        # nothing of the new pod was handed out or mirrored
+        self.assertEqual(before, self.kube.server.get_object(
+            'pods', 'db-0', 'team'))
+        self.assertIsNone(self._lock_value())
+        # a lock of another pod of that name is not released by the old
+        # pod's refusal
+        self._lock('db-0', new_uid)
+        self.plugin.pod_source.release_lock(  # type: ignore[union-attr]
+            'team', 'db-0', old_uid)
+        self.assertIsNotNone(self._lock_value())
+        # the new pod's own Allocate, under its own lock
+        response = self._allocate(self._ids(1, 10))
+        self.assertEqual('GPU-%s' % self.units[1].uuid,
+                         response.envs['ROCR_VISIBLE_DEVICES'])
+        self.assertEqual('0:0-75', response.envs['HSA_CU_MASK'])
+
+    def test_late_retry_of_a_deleted_pod_is_refused(self) -> None:
+        # a two-container pod: container 0 served, the pod force-deleted,
+        # then kubelet's retry of container 0 and its late container 1,
+        # long after; the next pod is booked and bound meanwhile
+        pair = self._pod('pair', ((self._gpu(0, 1024, 38),),
+                                  (self._gpu(0, 1024, 38),)))
+        self._pod('next', ((self._gpu(0, 1024, 38),),), when=200)
+        self._lock('pair', pair['metadata']['uid'])
+        ids = self._ids(1)
+        self.assertEqual('0:0-37', self._allocate(ids).envs['HSA_CU_MASK'])
+        self.kube.api.delete_namespaced_pod('pair', 'team')
+        before = self.kube.server.get_object('pods', 'next', 'team')
+        # kubelet's retry of container 0 (its answer was lost)
+        err = self.assertRaises(grpc.RpcError, self._allocate, ids)
+        self.assertIn('held by pod team/pair (uid %s)'
+                      % pair['metadata']['uid'], err.details())
+        # the refusal retired the lock: container 1, later still, finds
+        # none, and no other booked pod is served to it
+        self.assertIsNone(self._lock_value())
+        err = self.assertRaises(grpc.RpcError, self._allocate,
+                                self._ids(1, 1))
+        self.assertIn('no live node lock', err.details())
+        self.assertEqual(before, self.kube.server.get_object(
+            'pods', 'next', 'team'))
+        # the next pod, once it holds the lock, gets its own CUs (the
+        # record still holds the gone pod's until the sweep)
+        self._lock('next')
+        self.assertEqual('0:76-113', self._allocate(self._ids(1, 2)).envs[
+            'HSA_CU_MASK'])
 
     def test_kubelet_retry_after_a_lost_answer(self) -> None:
         self._pod('job', ((self._gpu(1, 4096, 76),),))
@@ -322,7 +394,7 @@ class HamiAllocateTest(testtools.TestCase):
         self.assertIsNone(self._lock_value())
         err = self.assertRaises(grpc.RpcError, self._allocate,
                                 self._ids(1, 2))
-        self.assertIn('containers left to serve', err.details())
+        self.assertIn('no live node lock', err.details())
 
     def test_restart_in_the_middle_of_allocate(self) -> None:
         self._pod('job', ((self._gpu(0, 1024, 38),),
@@ -378,11 +450,13 @@ class HamiAllocateTest(testtools.TestCase):
 
     def test_parallel_allocations_never_share_a_cu(self) -> None:
         # kubelet serialises Allocate, but nothing in the protocol forces
-        # it: eight concurrent calls for eight pods sharing one GPU must
-        # still get disjoint CUs that add up to the whole GPU
+        # it: eight concurrent calls for the eight containers of the lock
+        # holder sharing one GPU must still get disjoint CUs that add up
+        # to the whole GPU
         uuid = self.units[0].uuid
-        for n in range(8):
-            self._pod('p%d' % n, ((self._gpu(0, 1024, 38),),), when=100 + n)
+        pod = self._pod('p', tuple((self._gpu(0, 1024, 38),)
+                                   for _n in range(8)))
+        self._lock('p', pod['metadata']['uid'])
         ids = self._ids(8)
         masks: list[str] = []
         errors: list[Exception] = []
@@ -401,14 +475,15 @@ class HamiAllocateTest(testtools.TestCase):
             thread.join(60)
         self.assertEqual([], errors)
         union = 0
-        for n in range(8):
-            pod = self.kube.api.read_namespaced_pod('p%d' % n, 'team')
-            self.assertEqual('success',
-                             pod.metadata.annotations[hami.BIND_PHASE])
-            cus = hami.decode_cu_allocated(
-                pod.metadata.annotations[hami.CU_ALLOCATED])[uuid]
+        for mask in masks:
+            cus = cumask.parse_hsa_cu_mask(mask).as_dict()[0]
             self.assertEqual(38, cus.bit_count())
-            self.assertEqual(0, union & cus, 'pod p%d overlaps' % n)
+            self.assertEqual(0, union & cus, mask)
             union |= cus
         self.assertEqual((1 << 304) - 1, union)
-        self.assertEqual(8, len(set(masks)))
+        annotations = self.kube.api.read_namespaced_pod(
+            'p', 'team').metadata.annotations
+        self.assertEqual('success', annotations[hami.BIND_PHASE])
+        self.assertEqual({uuid: union}, hami.decode_cu_allocated(
+            annotations[hami.CU_ALLOCATED]))
+        self.assertIsNone(self._lock_value())

@@ -17,6 +17,7 @@ import testtools
 
 from amdgpu_virt import exception
 from amdgpu_virt.k8s import nodelock
+from amdgpu_virt.k8s import pods
 from amdgpu_virt.sharing import hami
 from tests.functional.fixtures import kubeclient
 from tests.functional.k8s import cluster
@@ -278,12 +279,49 @@ class NodeLockerTest(testtools.TestCase):
         for value in (
                 hami.encode_node_lock(hami.NodeLock(old, 'team', 'live')),
                 hami.format_rfc3339(old),
-                hami.encode_node_lock(hami.NodeLock(_now(), 'team',
-                                                    'gone'))):
+                hami.encode_node_lock(hami.NodeLock(old, 'team', 'gone'))):
             self._set(value)
-            self.locker.acquire('n1', 'team', 'p')
+            self.locker.acquire('n1', 'team', 'p', 'uid-p')
             self.assertTrue(hami.decode_node_lock(
                 self._lock() or '').held_by('team', 'p'), value)
+            self.assertEqual('uid-p', pods.lock_uid(self.server.get_object(
+                'nodes', 'n1')['metadata']['annotations']))
+
+    def test_the_lock_of_a_gone_pod_is_kept_until_it_expires(self) -> None:
+        # the pod may have been bound: its late Allocate must find the
+        # lock naming it, so that the device plugin refuses it instead of
+        # serving it the next pod's allocation
+        locker = nodelock.NodeLocker(self.cluster.api, wait=0.1, grace=0.01)
+        live = self.server.get_object('pods', 'live', 'team')
+        when = _now() - datetime.timedelta(seconds=10)
+
+        def lock(holder: str, uid: str | None,
+                 paired: bool = True) -> None:
+            value = hami.encode_node_lock(hami.NodeLock(when, 'team',
+                                                        holder))
+            self.cluster.api.patch_node('n1', {'metadata': {'annotations': {
+                hami.NODE_LOCK: value, nodelock.LOCK_UID:
+                pods.encode_lock_uid(uid, value if paired else 'other')
+                if uid else None}}},
+                _content_type='application/merge-patch+json')
+
+        for holder, uid in (('gone', 'uid-gone'),
+                            # deleted and created again with the same name
+                            ('live', 'uid-of-the-old-live')):
+            lock(holder, uid)
+            err = self.assertRaises(exception.NodeLockError, locker.acquire,
+                                    'n1', 'team', 'p', 'uid-p')
+            self.assertIn('held by team/%s' % holder, str(err))
+        # the lock with the live pod's own UID, unbound: stale after the
+        # grace (a failed bind whose release was lost); and so is one
+        # whose UID was written for another lock value (another writer
+        # took the lock over and wrote no UID): the name decides then
+        for paired in (True, False):
+            lock('live', live['metadata']['uid'] if paired
+                 else 'uid-of-the-old-live', paired)
+            locker.acquire('n1', 'team', 'p', 'uid-p')
+            self.assertTrue(hami.decode_node_lock(
+                self._lock() or '').held_by('team', 'p'))
 
 
 class SchedulerCommandTest(testtools.TestCase):

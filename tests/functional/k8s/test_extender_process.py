@@ -95,6 +95,6 @@ class ExtenderProcessTest(testtools.TestCase):
         # the fixture's own failure first, then fixtures' SetupError
         failure = err.args[0][1]
         self.assertIsInstance(failure, AssertionError)
-        self.assertIn('exited with status 1 while starting', str(failure))
+        self.assertIn('exited with status 78 while starting', str(failure))
         self.assertIn('[scheduler] node_lock_wait', proc.tail().decode())
         self.assertNotEqual(0, proc.stop())

@@ -195,7 +195,7 @@ class TestFlavorsRefusals(CliTestCase):
         path = self.flavors_file()
         rc, _out, err = self.run_cli('--config-file', conf, 'nova',
                                      'flavors', '--file', path)
-        self.assertEqual(1, rc)
+        self.assertEqual(78, rc)
         self.assertIn('os_compute_api:servers:create:zero_disk_flavor', err)
         rc, _out, err = self.run_cli('--config-file', conf, 'nova',
                                      'flavors', '--file', path,
@@ -210,6 +210,6 @@ class TestFlavorsRefusals(CliTestCase):
         rc, _out, err = self.run_cli(
             '--config-file', conf, 'nova', 'flavors', '--file',
             self.flavors_file(disk_gb=40, gpus=8))
-        self.assertEqual(1, rc)
+        self.assertEqual(78, rc)
         self.assertIn('[nova] per_gpu_traits', err)
         self.assertIn('gpu.x', err)

@@ -57,6 +57,11 @@ class PoolTestCase(testtools.TestCase):
         self.conn = self.server.connection()
         self.seeder = placement_fixture.NovaLikeSeeder(self.conn)
         self.k8s = self.useFixture(kubeclient.ApiServerFixture())
+        self.make_hosts()
+
+    def make_hosts(self):
+        """Fresh hosts, ledger, snapshots and config file under
+        ``self.tmp`` (a test may call it again with another ``tmp``)."""
         tag = uuid.uuid4().hex[:8]
         self.vm_host = 'p%s-vm' % tag
         self.k8s_host = 'p%s-k8s' % tag
@@ -358,7 +363,7 @@ class TestAudit(PoolTestCase):
         av_ledger.save(broken, self.ledger_path)
         rc, stdout, stderr = self.run_cli(
             'audit', '--ledger', self.ledger_path, '--fleet', self.fleet)
-        self.assertEqual(1, rc)
+        self.assertEqual(65, rc)
         self.assertEqual('', stdout)
         self.assertIn('%s: host %s' % (self.ledger_path, self.vm_host),
                       stderr)
@@ -371,7 +376,7 @@ class TestAudit(PoolTestCase):
         av_ledger.save(missing, self.ledger_path)
         rc, _stdout, stderr = self.run_cli(
             'audit', '--ledger', self.ledger_path, '--fleet', self.fleet)
-        self.assertEqual(1, rc)
+        self.assertEqual(65, rc)
         self.assertIn('host %s GPU 0000:99:00.0' % self.k8s_host, stderr)
         self.assertIn('field address', stderr)
 
@@ -450,7 +455,7 @@ class TestApplyFlavors(PoolTestCase):
             a for a in self.ledger.assignments if a.host == self.k8s_host)
         av_ledger.save(only_pods, self.ledger_path)
         rc, _stdout, stderr = self.run_cli(*args)
-        self.assertEqual(1, rc)
+        self.assertEqual(78, rc)
         self.assertIn('amd-mi300x-cpx-vf', stderr)
 
 
@@ -731,7 +736,7 @@ class TestMoveLiveHost(PoolTestCase):
         shutil.rmtree(self.root)
         os.makedirs(self.root)
         rc, stdout, stderr = self.run_cli(*self.args)
-        self.assertEqual(1, rc, stdout)
+        self.assertEqual(66, rc, stdout)
         self.assertIn('No AMD GPU could be read from %s' % self.root, stderr)
         state = os.path.join(self.tmp, 'state', 'move-%s-0000-25-00.0.json'
                              % self.k8s_host)
@@ -758,7 +763,7 @@ class TestMoveLiveHost(PoolTestCase):
         with open(self.conf_file, 'a') as handle:
             handle.write('[inventory]\nhostname = elsewhere\n')
         rc, _stdout, stderr = self.run_cli(*self.args)
-        self.assertEqual(1, rc)
+        self.assertEqual(65, rc)
         self.assertIn('sysfs tree %s' % self.root, stderr)
         self.assertIn('it reads host elsewhere, not %s' % self.k8s_host,
                       stderr)

@@ -73,7 +73,7 @@ class TestSimulateHost(CliTestCase):
         out, _stdout = self.simulate('--gpus', '1', '--mode', 'cpx')
         status, _out, _err = self.run_cli('simulate-host', '--out', out,
                                           '--gpus', '1')
-        self.assertEqual(1, status)
+        self.assertEqual(65, status)
         self.assertIn('is not empty; use --force', self.logger.output)
         with open(os.path.join(out, 'keep.txt'), 'w') as handle:
             handle.write('mine')
@@ -90,12 +90,12 @@ class TestSimulateHost(CliTestCase):
         status, _out, _err = self.run_cli(
             'simulate-host', '--out', os.path.join(self.tmp, 'x'),
             '--model', 'MI250X', '--mode', 'gim-cpx')
-        self.assertEqual(1, status)
+        self.assertEqual(65, status)
         self.assertIn('MI250X has no SR-IOV VFs', self.logger.output)
         status, _out, _err = self.run_cli(
             'simulate-host', '--out', os.path.join(self.tmp, 'x'),
             '--model', 'MI999')
-        self.assertEqual(1, status)
+        self.assertEqual(65, status)
         self.assertIn("Unknown GPU model 'MI999'", self.logger.output)
 
 
@@ -154,7 +154,7 @@ class TestInventory(CliTestCase):
     def test_nothing_readable_exits_non_zero(self):
         status, stdout, _err = self.run_cli(
             'inventory', '--sysfs-root', os.path.join(self.tmp, 'none'))
-        self.assertEqual(1, status)
+        self.assertEqual(66, status)   # EX_NOINPUT
         self.assertEqual('', stdout)
         self.assertIn('No AMD GPU could be read', self.logger.output)
 
@@ -202,7 +202,7 @@ class TestSimulateFleet(CliTestCase):
         self.assertEqual(63, found.partition_count)
         status, _out, _err = self.run_cli('simulate-host', '--fleet',
                                           'sample', '--out', out)
-        self.assertEqual(1, status)
+        self.assertEqual(65, status)
         status, _out, _err = self.run_cli('simulate-host', '--fleet',
                                           'sample', '--out', out, '--force')
         self.assertEqual(0, status)
@@ -214,5 +214,5 @@ class TestSimulateFleet(CliTestCase):
         status, _out, _err = self.run_cli('simulate-host', '--fleet', path,
                                           '--out', os.path.join(self.tmp,
                                                                 'x'))
-        self.assertEqual(1, status)
+        self.assertEqual(65, status)
         self.assertIn('hosts[0]: hostname is required', self.logger.output)

@@ -10,7 +10,7 @@ class TestNoCommand(test_inventory_cli.CliTestCase):
     def test_prints_help_instead_of_a_shell(self):
         # stdin is never read: an interactive shell would wait on it.
         status, out, _err = self.run_cli()
-        self.assertEqual(1, status)
+        self.assertEqual(64, status)   # EX_USAGE
         self.assertTrue(out.startswith('usage: '), out)
         self.assertIn('Commands:', out)
         for command in ('plan', 'inventory', 'simulate-host', 'k8s agent',

@@ -54,6 +54,6 @@ class TestDrainCheck(test_inventory_cli.CliTestCase):
         # with a configuration error instead of naming the address.
         status, _out, _err = self.run_cli('nova', 'drain-check',
                                           '--gpu', '85:00')
-        self.assertEqual(1, status)
+        self.assertEqual(65, status)
         self.assertIn("'85:00' is not a PCI address", self.logger.output)
         self.assertNotIn('[nova] cloud', self.logger.output)

@@ -16,7 +16,7 @@ from amdgpu_virt import exception
 from amdgpu_virt import ledger
 from amdgpu_virt import yamlutil
 from amdgpu_virt.cmd import main as av_main
-from amdgpu_virt.cmd import pool as cmd_pool
+from amdgpu_virt.cmd import move as cmd_move
 from amdgpu_virt.inventory import simulate
 from amdgpu_virt.inventory import sources
 from amdgpu_virt.model import Driver
@@ -90,7 +90,7 @@ class TestApplyCommand(testtools.TestCase):
 
     def test_unknown_host_and_bad_ledger_are_named(self):
         rc, _o, stderr = self.apply('--host', 'nowhere')
-        self.assertEqual(1, rc)
+        self.assertEqual(65, rc)
         self.assertIn('no host nowhere in the ledger', stderr)
         data = yamlutil.load_file(self.ledger)
         data['hosts']['extra-host'] = {'gpus': [{
@@ -99,7 +99,7 @@ class TestApplyCommand(testtools.TestCase):
         with open(self.ledger, 'w') as handle:
             handle.write(yamlutil.dump(data))
         rc, _o, stderr = self.apply()
-        self.assertEqual(1, rc)
+        self.assertEqual(65, rc)
         self.assertIn('hosts.extra-host.gpus[0]', stderr)
 
 
@@ -107,8 +107,8 @@ class TestMoveArguments(testtools.TestCase):
 
     def test_parse_gpu(self):
         self.assertEqual(('gim-0', '0000:05:00.0'),
-                         cmd_pool.parse_gpu('gim-0:0000:05:00.0'))
-        err = self.assertRaises(exception.PlanError, cmd_pool.parse_gpu,
+                         cmd_move.parse_gpu('gim-0:0000:05:00.0'))
+        err = self.assertRaises(exception.UsageError, cmd_move.parse_gpu,
                                 'gim-0')
         self.assertIn('--gpu gim-0', str(err))
 
@@ -117,12 +117,12 @@ class TestMoveArguments(testtools.TestCase):
                                    Role.K8S_SHARED, 'MI300X')
         args = type('Args', (), dict(to='nova-vf', vf_count=None,
                                      compute_mode=None, memory_mode=None))
-        err = self.assertRaises(exception.PlanError, cmd_pool.target, old,
+        err = self.assertRaises(exception.PlanError, cmd_move.target, old,
                                 args, 'l')
         self.assertIn('vf_count', str(err))
         self.assertIn('--to nova-vf', str(err))
         args.vf_count = 8
-        self.assertEqual(8, cmd_pool.target(old, args, 'l').vf_count)
+        self.assertEqual(8, cmd_move.target(old, args, 'l').vf_count)
 
     def test_move_of_a_gpu_not_in_the_ledger(self):
         tmp = self.useFixture(fixtures.TempDir()).path
@@ -131,7 +131,7 @@ class TestMoveArguments(testtools.TestCase):
         rc, _o, stderr = run_cli('move', '--ledger', path, '--gpu',
                                  'gim-0:0000:05:00.0', '--to', 'idle',
                                  '--state-dir', tmp)
-        self.assertEqual(1, rc)
+        self.assertEqual(65, rc)
         self.assertIn('no GPU gim-0:0000:05:00.0 in the ledger', stderr)
 
     def test_audit_needs_a_side(self):
@@ -140,7 +140,7 @@ class TestMoveArguments(testtools.TestCase):
         ledger.save(ledger.build([]), path)
         rc, _o, stderr = run_cli('audit', '--ledger', path, '--no-nova',
                                  '--no-k8s')
-        self.assertEqual(1, rc)
+        self.assertEqual(64, rc)
         self.assertIn('at least one side', stderr)
 
 
@@ -186,11 +186,10 @@ class TestLiveHost(testtools.TestCase):
     def test_live_and_sysfs_root_exclude_each_other(self):
         stderr = self.useFixture(fixtures.StringStream('stderr')).stream
         self.useFixture(fixtures.MonkeyPatch('sys.stderr', stderr))
-        err = self.assertRaises(SystemExit, run_cli,
-                                'move', '--ledger', 'x.yaml', '--gpu',
-                                'h1:0000:05:00.0', '--to', 'idle', '--live',
-                                '--sysfs-root', self.root)
-        self.assertEqual(2, err.code)
+        rc, _o, _e = run_cli('move', '--ledger', 'x.yaml', '--gpu',
+                             'h1:0000:05:00.0', '--to', 'idle', '--live',
+                             '--sysfs-root', self.root)
+        self.assertEqual(64, rc)   # EX_USAGE
         stderr.seek(0)
         self.assertIn('--sysfs-root: not allowed with argument --live',
                       stderr.read())

@@ -111,12 +111,10 @@ class TestPlanFromSnapshots(base.CliTestCase):
         self.assertEqual({'solo'}, {g['host'] for g in result['gpus']})
 
     def test_fleet_and_snapshot_dir_exclude_each_other(self):
-        try:
-            self.run_cli('plan', '--fleet', 'f.yaml', '--snapshot-dir', 'd')
-        except SystemExit as err:
-            self.assertEqual(2, err.code)
-        else:
-            self.fail('no usage error')
+        status, _out, err = self.run_cli('plan', '--fleet', 'f.yaml',
+                                         '--snapshot-dir', 'd')
+        self.assertEqual(64, status)   # EX_USAGE, argparse names both
+        self.assertIn('not allowed with argument', err)
 
     def test_a_snapshot_named_for_another_host_is_refused(self):
         directory = os.path.join(self.tmp, 'snaps')
@@ -125,7 +123,7 @@ class TestPlanFromSnapshots(base.CliTestCase):
         with open(os.path.join(directory, 'other.json'), 'w') as handle:
             handle.write(snapshot.dumps(inventory))
         status, _out, err = self.run_cli('plan', '--snapshot-dir', directory)
-        self.assertEqual(1, status)
+        self.assertEqual(65, status)
         self.assertIn('other.json', err)
         self.assertIn('snapshot of host real-name', err)
 
@@ -135,7 +133,7 @@ class TestPlanFromSnapshots(base.CliTestCase):
         with open(os.path.join(directory, 'h.json'), 'w') as handle:
             handle.write('{"kind": "HostInventory", "version": 1, "gpus": 7}')
         status, _out, err = self.run_cli('plan', '--snapshot-dir', directory)
-        self.assertEqual(1, status)
+        self.assertEqual(65, status)
         self.assertIn('h.json', err)
 
 
@@ -163,5 +161,5 @@ class TestNovaFromSnapshots(base.CliTestCase):
         status, _o, err = self.run_cli(
             'nova', 'config', '--snapshot-dir', directory, '--hostname',
             'nope')
-        self.assertEqual(1, status)
+        self.assertEqual(65, status)
         self.assertIn('no inventory in --snapshot-dir %s' % directory, err)

@@ -26,7 +26,8 @@ class _NoPods(pods.PodSource):
     def annotate_pod(self, pod: Any, annotations: Any) -> None:
         raise AssertionError('not expected')
 
-    def release_lock(self, namespace: str, name: str) -> None:
+    def release_lock(self, namespace: str, name: str,
+                     uid: str | None = None) -> None:
         raise AssertionError('not expected')
 
     def allocation_record(self) -> Any:
@@ -62,7 +63,7 @@ class FromConfTest(testtools.TestCase):
         self.assertIs(source, plugin.pod_source)
         err = self.assertRaises(exception.DevicePluginError,
                                 plugin.allocate, ['x-0'], 'req[0]')
-        self.assertIn('no live pod bound to node n1', str(err))
+        self.assertIn('no live node lock', str(err))
 
     def test_unknown_strategy(self) -> None:
         self.conf.set_override('cu_strategy', 'nope', 'sharing')

@@ -54,32 +54,52 @@ class ChooseTest(testtools.TestCase):
                                                         _pod('b')])
 
     def _choose(self, lock: str | None,
-                served: sharedalloc.Served | None = None, count: int = 1
+                served: sharedalloc.Served | None = None, count: int = 1,
+                uid: str | None = None
                 ) -> tuple[allocrecord.PodGrants, int]:
         return sharedalloc.choose(self.record, self.live,
                                   served or sharedalloc.Served(), lock,
-                                  count, 'req', NOW)
+                                  count, 'req', NOW, lock_uid=uid)
 
     def test_lock_owner_wins(self) -> None:
         self.assertEqual('a', self._choose(_lock('a'))[0].name)
+        self.assertEqual('a', self._choose(_lock('a'), uid='uid-a')[0].name)
 
-    def test_earliest_booking_without_lock(self) -> None:
+    def test_nothing_is_served_without_a_live_lock(self) -> None:
+        # guessing the earliest booking could give a late Allocate of a
+        # deleted pod the next pod's allocation
         for lock in (None, 'garbage', _lock(
-                'a', NOW - datetime.timedelta(minutes=6))):
-            self.assertEqual('b', self._choose(lock)[0].name)
+                'a', NOW - datetime.timedelta(minutes=6)),
+                hami.format_rfc3339(NOW)):
+            err = self.assertRaises(exception.DevicePluginError,
+                                    self._choose, lock)
+            self.assertNotIsInstance(err, exception.LockHolderGone)
+            self.assertIn('no live node lock', str(err))
 
     def test_gone_lock_holder_is_refused(self) -> None:
-        err = self.assertRaises(exception.DevicePluginError, self._choose,
+        err = self.assertRaises(exception.LockHolderGone, self._choose,
                                 _lock('deleted'))
         self.assertIn('held by pod ns/deleted', str(err))
+        self.assertEqual({'namespace': 'ns', 'name': 'deleted', 'uid': None},
+                         {k: err.kwargs[k] for k in ('namespace', 'name',
+                                                     'uid')})
+
+    def test_replaced_lock_holder_is_refused(self) -> None:
+        # same name, another UID: the lock was taken for the old pod
+        err = self.assertRaises(exception.LockHolderGone, self._choose,
+                                _lock('a'), uid='uid-of-the-old-a')
+        self.assertIn('held by pod ns/a (uid uid-of-the-old-a)', str(err))
 
     def test_served_pods_and_counts(self) -> None:
         served = sharedalloc.Served().add('uid-b', 0, ['x-0'])
-        self.assertEqual('a', self._choose(None, served)[0].name)
-        # the holder is served: the next pod with work left is taken
-        self.assertEqual('a', self._choose(_lock('b'), served)[0].name)
+        self.assertEqual('a', self._choose(_lock('a'), served)[0].name)
+        # the holder is served: no other pod is taken instead
         err = self.assertRaises(exception.DevicePluginError, self._choose,
-                                None, count=2)
+                                _lock('b'), served)
+        self.assertIn('pod ns/b holds the node lock of n1 and has no '
+                      'container left', str(err))
+        err = self.assertRaises(exception.DevicePluginError, self._choose,
+                                _lock('a'), count=2)
         self.assertIn('no container left to serve has 2 GPUs', str(err))
 
     def test_only_record_confirmed_live_pods(self) -> None:
@@ -88,10 +108,11 @@ class ChooseTest(testtools.TestCase):
         self.assertEqual({}, sharedalloc.live_pods(self.record, pods))
         renamed = _pod('x', uid='uid-a')
         self.assertEqual({}, sharedalloc.live_pods(self.record, [renamed]))
-        err = self.assertRaises(exception.DevicePluginError,
+        err = self.assertRaises(exception.LockHolderGone,
                                 sharedalloc.choose, self.record, {},
-                                sharedalloc.Served(), None, 1, 'req', NOW)
-        self.assertIn('no live pod bound to node n1', str(err))
+                                sharedalloc.Served(), _lock('a'), 1, 'req',
+                                NOW)
+        self.assertIn('held by pod ns/a', str(err))
 
 
 class ServedTest(testtools.TestCase):

@@ -75,7 +75,7 @@ class TestPlanParts(CliTest):
     def test_one_table_formats_need_a_part(self):
         for argv in (('-f', 'csv'), ('-f', 'value'), ('-c', 'Host')):
             rc, out, err = self.run_cli('plan', *argv)
-            self.assertEqual(1, rc, argv)
+            self.assertEqual(64, rc, argv)   # EX_USAGE
             self.assertEqual('', out)
             self.assertIn('--part gpus, workloads or summary', err)
 

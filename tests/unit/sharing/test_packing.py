@@ -93,6 +93,86 @@ class ScoreTest(testtools.TestCase):
             score, node[index], share, room, slot, idle, partial), places=3)
 
 
+class OneRangeTest(testtools.TestCase):
+    """When a consumer must get one range of CUs, the free ranges count."""
+
+    def test_runs_of(self) -> None:
+        # CUs 0-1 and 4-7 free on an 8-CU GPU
+        self.assertEqual((0.25, 0.5), packing.runs_of(0b11110011, 8))
+        self.assertEqual((), packing.runs_of(0, 8))
+
+    def test_ranges_too_short_are_fragment(self) -> None:
+        score = packing.Score(packing.Weights.of([
+            (packing.Shape.share(0.3, 0.1), 1.0)]))
+        # half a GPU free: in one range it holds the share ...
+        self.assertEqual(0.0, score.share_fragment(0.5, 1.0, True,
+                                                   runs=(0.5,)))
+        # ... in two quarters it does not, though the count says it does
+        self.assertAlmostEqual(0.5, score.share_fragment(0.5, 1.0, True,
+                                                         runs=(0.25, 0.25)))
+        self.assertEqual(0.0, score.share_fragment(0.5, 1.0, True))
+        # the short range alone is fragment next to a long one
+        self.assertAlmostEqual(0.2, score.share_fragment(
+            0.6, 1.0, True, runs=(0.2, 0.4)))
+        # no slot or no memory: every range
+        self.assertAlmostEqual(0.6, score.share_fragment(
+            0.6, 1.0, False, runs=(0.2, 0.4)))
+        self.assertAlmostEqual(0.6, score.share_fragment(
+            0.6, 0.05, True, runs=(0.2, 0.4)))
+
+    def test_cost_prefers_keeping_a_long_range(self) -> None:
+        score = packing.Score(packing.Weights.of([
+            (packing.Shape.share(0.5, 0.1), 1.0),
+            (packing.Shape.share(0.1, 0.1), 1.0)]))
+        # two GPUs with 0.6 free: one range, or a 0.1 and a 0.5 range;
+        # a 0.1 share that fills the short range keeps both halves usable
+        whole = packing.GpuFree(0.6, 1.0, True, False, runs=(0.6,))
+        split = packing.GpuFree(0.6, 1.0, True, False, runs=(0.1, 0.5))
+        into_whole = packing.share_cost(score, whole, 0.1, 0.1, True, 0,
+                                        1.2, runs_after=(0.5,))
+        into_split = packing.share_cost(score, split, 0.1, 0.1, True, 0,
+                                        1.2, runs_after=(0.5,))
+        self.assertLess(into_split, into_whole)
+        options = [packing.Option((whole, split), 0, 0.1, 0.1,
+                                  runs_after=(0.5,)),
+                   packing.Option((whole, split), 1, 0.1, 0.1,
+                                  runs_after=(0.5,))]
+        self.assertEqual(1, packing.best(score, options))
+        # without ranges both GPUs look alike: the first wins the tie
+        plain = (packing.GpuFree(0.6, 1.0, True, False),) * 2
+        self.assertEqual(0, packing.best(score, [
+            packing.Option(plain, 0, 0.1, 0.1),
+            packing.Option(plain, 1, 0.1, 0.1)]))
+
+    def test_tightest_run(self) -> None:
+        self.assertAlmostEqual(0.1, packing.tightest_run((0.2, 0.4), 0.1))
+        self.assertAlmostEqual(0.1, packing.tightest_run((0.2, 0.4), 0.3))
+        self.assertEqual(1.0, packing.tightest_run((0.2,), 0.3))
+
+    @given(st.lists(st.integers(1, 8), min_size=1, max_size=4),
+           st.integers(0, 3), st.integers(1, 8))
+    def test_ranged_costs_are_differences_of_fragmentation(
+            self, lengths: list[int], which: int, take: int) -> None:
+        score = packing.Score(packing.Weights.of(packing.parse_prior(
+            packing.DEFAULT_PRIOR)))
+        runs = tuple(sorted(n / 16 for n in lengths))
+        which %= len(runs)
+        take = min(take, lengths[which])
+        left = list(runs)
+        left[which] -= take / 16
+        left_runs = tuple(sorted(r for r in left if r > 1e-9))
+        before = packing.GpuFree(sum(runs), 1.0, True, False, runs=runs)
+        new = packing.after(before, take / 16, 0.0, True, runs=left_runs)
+        other = gpu()
+        expected = score.node_fragment([new, other]) - \
+            score.node_fragment([before, other])
+        self.assertAlmostEqual(expected, packing.placement_cost(
+            score, [before, other], {0: new}), places=6)
+        self.assertAlmostEqual(expected, packing.share_cost(
+            score, before, take / 16, 0.0, True, 1, before.cus,
+            runs_after=left_runs), places=3)
+
+
 class MixTest(testtools.TestCase):
 
     def test_prior_then_what_is_asked(self) -> None:
