@@ -20,6 +20,7 @@ from kubernetes import client
 
 from amdgpu_virt import ledger as av_ledger
 from amdgpu_virt import yamlutil
+from amdgpu_virt.cmd import exitcodes
 from amdgpu_virt.k8s import allocrecord
 from amdgpu_virt.model import PciAddress
 from amdgpu_virt.model import Role
@@ -263,7 +264,7 @@ class TestHostileLiveState(LivePlanTestCase):
             handle.write('[nova]\nplacement_endpoint = http://127.0.0.1:9\n')
         rc, _stdout, stderr = self.run_cli(
             'plan', '--fleet', self.fleet, '--running-from', 'placement')
-        self.assertEqual(1, rc)
+        self.assertEqual(exitcodes.UNREACHABLE, rc)
         self.assertIn('Placement', stderr)
 
 
