@@ -141,6 +141,11 @@ class DevicePluginTest(testtools.TestCase):
         self.assertEqual(0, plugin.registrations)
         self.kubelet.start()
         self.kubelet.wait_for_devices(RESOURCE, count=16)
+        # The kubelet may list the devices before the plugin's Register
+        # call has returned and been counted: wait for the count, then
+        # check that it stays at exactly one.
+        self.assertTrue(self.kubelet.wait_for(
+            lambda: plugin.registrations >= 1))
         self.assertEqual(1, plugin.registrations)
 
     def test_clean_shutdown_removes_socket(self) -> None:
