@@ -30,6 +30,7 @@ from typing import Any
 
 from amdgpu_virt import exception
 from amdgpu_virt.k8s import fit
+from amdgpu_virt.k8s import fitview
 from amdgpu_virt.sharing import allocator
 from amdgpu_virt.sharing import hami
 
@@ -101,17 +102,8 @@ class ViewBuilder:
         when one did not fit the CU view."""
         fitted = True
         for owner, count in pending:
-            if count >= alloc.total:
-                if not alloc.used_count:
-                    alloc.claim_mask(owner + '#pending', alloc.full_mask)
-                continue
-            try:
-                alloc.allocate_mask(owner + '#pending', count)
-            except exception.SharingError:
-                # over-committed by someone else: the counts still say so
-                LOG.debug('node %s: %d CUs of %s for %s do not fit the CU '
-                          'view', name, count, alloc.gpu, owner)
-                fitted = False
+            fitted = fitview.replay_pending(name, alloc, owner, count) \
+                and fitted
         return fitted
 
     def _state(self, device: hami.DeviceInfo, unit: int,

@@ -130,6 +130,28 @@ def usable_device(device: hami.DeviceInfo) -> str | None:
 PodUsage = tuple[str, hami.PodDevices, Mapping[str, int] | None]
 
 
+def replay_pending(node: str, alloc: allocator.CuAllocator, owner: str,
+                   count: int) -> bool:
+    """Book ``count`` CUs on ``alloc`` for ``owner``, a pod without stored
+    CU ranges, the way the view replays it; False when they did not fit.
+
+    A pod asking for all of a GPU's CUs takes the whole mask when the GPU
+    is untouched, and nothing otherwise (its counts still show it).
+    """
+    if count >= alloc.total:
+        if not alloc.used_count:
+            alloc.claim_mask(owner + '#pending', alloc.full_mask)
+        return True
+    try:
+        alloc.allocate_mask(owner + '#pending', count)
+    except exception.SharingError:
+        # over-committed by someone else: the counts still say so
+        LOG.debug('node %s: %d CUs of %s for %s do not fit the CU view',
+                  node, count, alloc.gpu, owner)
+        return False
+    return True
+
+
 def build_view(name: str, devices: Sequence[hami.DeviceInfo],
                pods: Iterable[PodUsage],
                strategy: allocator.CuStrategy | None = None,
@@ -191,17 +213,7 @@ def build_view(name: str, devices: Sequence[hami.DeviceInfo],
             problem = problem or 'pod %s: stored CU ranges unusable: %s' % (
                 owner, err)
     for owner, uuid, count in pending:
-        alloc = allocators[uuid]
-        if count >= alloc.total:
-            if not alloc.used_count:
-                alloc.claim_mask(owner + '#pending', alloc.full_mask)
-            continue
-        try:
-            alloc.allocate_mask(owner + '#pending', count)
-        except exception.SharingError:
-            # over-committed by someone else: the counts still say so
-            LOG.debug('node %s: %d CUs of %s for %s do not fit the CU view',
-                      name, count, uuid, owner)
+        replay_pending(name, allocators[uuid], owner, count)
     states = []
     for uuid, device in by_id.items():
         used_alloc = allocators.get(uuid)
