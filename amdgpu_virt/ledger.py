@@ -43,7 +43,7 @@ _GPU_KEYS = {'address', 'model', 'role', 'vf_count', 'compute_mode',
              'memory_mode'}
 
 
-@dataclasses.dataclass(frozen=True, order=True)
+@dataclasses.dataclass(frozen=True, order=True, slots=True)
 class GpuAssignment:
     """The role of one GPU, and the mode that role needs."""
 

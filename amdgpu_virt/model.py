@@ -22,7 +22,7 @@ _BDF_RE = re.compile(
     r'(?P<device>[0-9a-fA-F]{1,2})\.(?P<function>[0-7])$')
 
 
-@dataclasses.dataclass(frozen=True, order=True)
+@dataclasses.dataclass(frozen=True, order=True, slots=True)
 class PciAddress:
     """A PCI function address (domain:bus:device.function)."""
 
@@ -154,7 +154,7 @@ class GpuModel:
         return memory_mode in dict(self.partition_modes).get(compute_mode, ())
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class Partition:
     """A compute partition of a bare-metal GPU (one KFD node)."""
 
@@ -169,7 +169,7 @@ class Partition:
     unique_id: str | None = None
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class VirtualFunction:
     """An SR-IOV virtual function of a GPU (made by GIM)."""
 
@@ -181,7 +181,7 @@ class VirtualFunction:
     numa_node: int | None = None
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class Gpu:
     """One physical GPU (its PCI physical function) and what it exposes."""
 
