@@ -63,13 +63,7 @@ class DevicePlugin(command.Command):
         conf = av_main.app_conf(self.app)
         inventory = inventory_pkg.load_driver(conf).scan()
         plugin = deviceplugin.from_conf(conf, inventory)
-        stop = _until_signalled()
-        plugin.start()
-        try:
-            stop.wait()
-        finally:
-            plugin.stop()
-        return 0
+        return run_until_signalled(plugin)
 
 
 class Agent(command.Command):
@@ -92,13 +86,7 @@ class Agent(command.Command):
         inventory = inventory_pkg.load_driver(conf).scan()
         node_agent = agent.from_conf(conf, inventory)
         memhook.publish(node_agent)
-        stop = _until_signalled()
-        node_agent.start()
-        try:
-            stop.wait()
-        finally:
-            node_agent.stop()
-        return 0
+        return run_until_signalled(node_agent)
 
 
 class Webhook(command.Command):
@@ -146,10 +134,4 @@ class Scheduler(command.Command):
 
         conf = av_main.app_conf(self.app)
         service = extender.Service(conf)
-        stop = _until_signalled()
-        service.start()
-        try:
-            stop.wait()
-        finally:
-            service.stop()
-        return 0
+        return run_until_signalled(service)
