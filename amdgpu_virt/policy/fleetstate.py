@@ -180,18 +180,13 @@ class FleetState:
         self.cu_version += 1
         gs = pool.gpu
         self.fragments.pop((gs.model.name, gs.host.name), None)
-        model = gs.model
-        index = self.cu_index.setdefault(model.name, st.PoolIndex())
-        if gs.slices >= self.max_slices:
-            for each in gs.pools:
-                index.put(each, 0)
-            return
-        per_cu = model.compute_units or 1
-        vram = model.vram_mib or 1
+        index = self.cu_index.setdefault(gs.model.name, st.PoolIndex())
         for each in gs.pools:
-            # free memory in CUs as mem_as_cus() counts it
-            index.put(each, min(each.alloc.free_count,
-                                -(-each.mem_free * per_cu // vram)))
+            value = 0
+            if gs.slices < self.max_slices:
+                value = min(each.alloc.free_count,
+                            self.mem_as_cus(gs.model, each.mem_free))
+            index.put(each, value)
 
     @staticmethod
     def mem_as_cus(model: GpuModel, mib: int) -> int:

@@ -296,21 +296,17 @@ class Planner(FleetState):
             for other in self.shared_hosts.get(where[0], {}).get(
                     where[1], (gs,)):
                 for each in other.pools:
-                    alloc = each.alloc
-                    free_cus = alloc.free_count
-                    if free_cus == alloc.total and \
+                    if each.alloc.used_count == 0 and \
                             each.mem_free == each.mem_total:
                         idle += 1
                     else:
-                        partial += free_cus / (other.cus or 1)
+                        partial += each.alloc.free_count / (other.cus or 1)
             known = self.fragments[where] = (idle, partial, {})
         idle, partial, memo = known
-        alloc = pool.alloc
-        free_cus = alloc.free_count
         free = packing.GpuFree(
-            free_cus / (gs.cus or 1),
+            pool.alloc.free_count / (gs.cus or 1),
             pool.mem_free / (gs.vram or 1), gs.slices < self.max_slices,
-            free_cus == alloc.total and pool.mem_free == pool.mem_total,
+            pool.alloc.used_count == 0 and pool.mem_free == pool.mem_total,
             pool.mem_free)
         mib = w.memory_on(gs.model)
         cus = w.cus_on(gs.model) / (gs.cus or 1)
@@ -338,13 +334,11 @@ class Planner(FleetState):
         if gs.slices >= self.max_slices:
             return None
         best = None
-        least = 0
         for pool in gs.pools:
-            if pool.mem_free < mib:
-                continue
-            free = pool.alloc.free_count
-            if free >= cus and (best is None or free < least):
-                best, least = pool, free
+            if pool.fits(cus, mib) and (
+                    best is None
+                    or pool.alloc.free_count < best.alloc.free_count):
+                best = pool
         return best
 
     @staticmethod

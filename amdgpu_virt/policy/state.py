@@ -52,8 +52,7 @@ class Pool:
         self.mem_free = mem
 
     def fits(self, cus: int, mem: int) -> bool:
-        # memory first: a plain attribute, and most misses are on memory
-        return self.mem_free >= mem and self.alloc.free_count >= cus
+        return self.alloc.free_count >= cus and self.mem_free >= mem
 
 
 class GpuState:
