@@ -73,6 +73,8 @@ def _live_pod(key: str, node: str, devices: hami.PodDevices,
 
 def rv_of(value: Any) -> int | None:
     """A resourceVersion as a number (None: absent or not a number)."""
+    if type(value) is str and value.isdecimal() and len(value) <= 18:
+        return int(value)   # what the API serves: decimal digits
     try:
         return int(str(value))
     except (TypeError, ValueError):

@@ -75,19 +75,19 @@ class ViewBuilder:
                                                     tuple[int, ...]]] = {}
 
     def _replay(self, name: str, uuid: str, device: hami.DeviceInfo,
-                unit: int, pending: list[tuple[str, int]]) -> int:
+                unit: int, owners: list[str], counts: list[int]) -> int:
         """Free CUs (whole units) of a GPU after the pods without stored
-        ranges, in order."""
+        ranges (``owners``, asking ``counts`` CUs), in order."""
         key = None
-        if len(pending) <= MEMO_PODS:
-            key = (device.devcore, unit,
-                   tuple(count for _o, count in pending))
+        if len(counts) <= MEMO_PODS:
+            key = (device.devcore, unit, tuple(counts))
             free = self._replays.get(key)
             if free is not None:
                 return free
         alloc = allocator.CuAllocator(uuid, device.devcore, unit=unit,
                                       strategy=self.strategy)
-        fitted = self._allocate(name, alloc, pending)
+        fitted = self._allocate(name, alloc,
+                                zip(owners, counts, strict=True))
         free = allocator.whole_units(alloc.free_mask, unit)
         if fitted and key is not None:
             if len(self._replays) >= MEMO_ENTRIES:
@@ -109,8 +109,8 @@ class ViewBuilder:
     def _state(self, device: hami.DeviceInfo, unit: int,
                counts: list[int], free: int
                ) -> tuple[fit.GpuState, Any, float, tuple[int, ...]]:
-        state = fit.GpuState(device, unit, counts[0], counts[1], counts[2],
-                             free)
+        state = fitview.gpu_state(device, unit, counts[0], counts[1],
+                                  counts[2], free)
         key = (device.devcore, device.devmem, device.count, unit,
                counts[0], counts[1], counts[2], state.usable_cores)
         derived = self._derived.get(key)
@@ -134,28 +134,37 @@ class ViewBuilder:
             by_id.setdefault(device.id.lower(), device)
         #: per GPU: slots, CUs and memory used
         counts = {uuid: [0, 0, 0] for uuid in by_id}
+        counts_of = counts.get
         stored: list[tuple[str, str, int]] = []
-        pending: dict[str, list[tuple[str, int]]] = {}
+        #: per GPU: the pods without stored ranges, and their CU counts
+        pending: dict[str, tuple[list[str], list[int]]] = {}
         for owner, containers, cu_masks in pods:
-            if not cu_masks and len(containers) == 1 and \
-                    len(containers[0]) == 1:
-                # most pods: one container on one GPU, no stored ranges
-                used = containers[0][0]
-                uuid = used.uuid.lower()
-                used_here = counts.get(uuid)
-                if used_here is not None:
-                    used_here[0] += 1
-                    used_here[1] += used.usedcores
-                    used_here[2] += used.usedmem
-                    if used.usedcores > 0:
-                        pending.setdefault(uuid, []).append(
-                            (owner, used.usedcores))
-                    continue
+            if not cu_masks and len(containers) == 1:
+                only = containers[0]
+                if len(only) == 1:
+                    # most pods: one container on one GPU, no stored
+                    # ranges
+                    used = only[0]
+                    uuid = used.uuid.lower()
+                    used_here = counts_of(uuid)
+                    if used_here is not None:
+                        cores = used.usedcores
+                        used_here[0] += 1
+                        used_here[1] += cores
+                        used_here[2] += used.usedmem
+                        if cores > 0:
+                            waiting = pending.get(uuid)
+                            if waiting is None:
+                                pending[uuid] = ([owner], [cores])
+                            else:
+                                waiting[0].append(owner)
+                                waiting[1].append(cores)
+                        continue
             mine: dict[str, int] = {}
             for container in containers:
                 for used in container:
                     uuid = used.uuid.lower()
-                    used_here = counts.get(uuid)
+                    used_here = counts_of(uuid)
                     if used_here is None:
                         LOG.debug('node %s: pod %s uses GPU %s, which is not '
                                   'registered; ignored', name, owner,
@@ -171,7 +180,9 @@ class ViewBuilder:
                     stored.append((owner, uuid, mask))
                     count -= mask.bit_count()
                 if count > 0:
-                    pending.setdefault(uuid, []).append((owner, count))
+                    waiting = pending.setdefault(uuid, ([], []))
+                    waiting[0].append(owner)
+                    waiting[1].append(count)
         units = {uuid: device.cu_unit for uuid, device in by_id.items()}
         frees: dict[str, int] = {}
         if stored:
@@ -187,12 +198,14 @@ class ViewBuilder:
                     problem = problem or 'pod %s: stored CU ranges ' \
                         'unusable: %s' % (owner, err)
             for uuid, alloc in allocators.items():
-                self._allocate(name, alloc, pending.pop(uuid, ()))
+                owners, asked = pending.pop(uuid, ((), ()))
+                self._allocate(name, alloc,
+                               zip(owners, asked, strict=True))
                 frees[uuid] = allocator.whole_units(alloc.free_mask,
                                                     units[uuid])
-        for uuid, waiting in pending.items():
+        for uuid, (owners, asked) in pending.items():
             frees[uuid] = self._replay(name, uuid, by_id[uuid], units[uuid],
-                                       waiting)
+                                       owners, asked)
         gpus = []
         for uuid, device in by_id.items():
             free = frees.get(uuid)

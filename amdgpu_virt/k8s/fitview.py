@@ -10,6 +10,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import logging
+import re
 from collections.abc import Iterable
 from collections.abc import Mapping
 from collections.abc import Sequence
@@ -22,6 +23,7 @@ from amdgpu_virt.sharing import packing
 LOG = logging.getLogger(__name__)
 
 _FORBIDDEN_TEXT = ',:;'
+_FORBIDDEN = re.compile('[%s]' % re.escape(_FORBIDDEN_TEXT))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,9 +45,8 @@ class GpuState:
     usable_cores: int = dataclasses.field(init=False, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, 'usable_cores', max(0, min(
-            self.info.devcore - self.used_cores,
-            self.free_mask.bit_count())))
+        object.__setattr__(self, 'usable_cores', _usable_cores(
+            self.info, self.used_cores, self.free_mask))
 
     @property
     def free_cores(self) -> int:
@@ -75,6 +76,32 @@ class GpuState:
         info = self.info
         return (self.used_slots / info.count if info.count > 0 else 1.0) + \
             self.used_cores / info.devcore + self.used_mem / info.devmem
+
+
+def _usable_cores(info: hami.DeviceInfo, used_cores: int,
+                  free_mask: int) -> int:
+    return max(0, min(info.devcore - used_cores, free_mask.bit_count()))
+
+
+_new = object.__new__
+
+
+def gpu_state(info: hami.DeviceInfo, unit: int, used_slots: int,
+              used_cores: int, used_mem: int, free_mask: int) -> GpuState:
+    """``GpuState(info, unit, used_slots, used_cores, used_mem,
+    free_mask)``, made without the frozen dataclass's
+    ``object.__setattr__`` per field (a cache builds one per GPU of the
+    cluster): the same instance, field for field (a test checks)."""
+    state = _new(GpuState)
+    fields = state.__dict__
+    fields['info'] = info
+    fields['unit'] = unit
+    fields['used_slots'] = used_slots
+    fields['used_cores'] = used_cores
+    fields['used_mem'] = used_mem
+    fields['free_mask'] = free_mask
+    fields['usable_cores'] = _usable_cores(info, used_cores, free_mask)
+    return state
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,10 +136,10 @@ class NodeView:
 
 def usable_device(device: hami.DeviceInfo) -> str | None:
     """Why a registered device cannot be scheduled on (None: it can)."""
-    if not device.id or any(c in device.id for c in _FORBIDDEN_TEXT):
+    if not device.id or _FORBIDDEN.search(device.id) is not None:
         return 'id %r is empty or holds one of %s' % (device.id,
                                                      _FORBIDDEN_TEXT)
-    if any(c in device.type for c in _FORBIDDEN_TEXT):
+    if _FORBIDDEN.search(device.type) is not None:
         return 'type %r holds one of %s' % (device.type, _FORBIDDEN_TEXT)
     if device.devcore <= 0 or device.devcore > allocator.MAX_CUS:
         return 'devcore %d is not a CU count' % device.devcore

@@ -214,6 +214,15 @@ def collector_paused() -> Iterator[None]:
     grow, cost more than the decoding itself. Reference counting still
     frees what is dropped; cycles wait for the block's end. The collector
     is resumed only if it ran before.
+
+    At the block's end what it made goes straight to the collector's
+    oldest generation (:func:`gc.freeze` then :func:`gc.unfreeze` move
+    every tracked object there without walking one), as it would after
+    the young generations' passes: those passes would walk every object
+    of the list only to find it alive. Cycles among them are still
+    collected, by the next full pass. Nothing is promoted while objects
+    are frozen (:func:`settle_memory` froze them: unfreezing would hand
+    them back to the collector).
     """
     enabled = gc.isenabled()
     gc.disable()
@@ -221,6 +230,9 @@ def collector_paused() -> Iterator[None]:
         yield
     finally:
         if enabled:
+            if not gc.get_freeze_count():
+                gc.freeze()
+                gc.unfreeze()
             gc.enable()
 
 

@@ -94,6 +94,7 @@ from amdgpu_virt.sharing.hami.register import encode_node_devices_legacy
 from amdgpu_virt.sharing.hami.register import encode_node_register
 from amdgpu_virt.sharing.hami.pods import ContainerDevice
 from amdgpu_virt.sharing.hami.pods import decode_cu_allocated
+from amdgpu_virt.sharing.hami.pods import decode_one_device
 from amdgpu_virt.sharing.hami.pods import decode_pod_devices
 from amdgpu_virt.sharing.hami.pods import encode_cu_allocated
 from amdgpu_virt.sharing.hami.pods import encode_pod_devices
@@ -170,6 +171,7 @@ __all__ = [
     'decode_node_devices_legacy',
     'decode_node_lock',
     'decode_node_register',
+    'decode_one_device',
     'decode_pod_devices',
     'decode_unix_time',
     'device_to_json',

@@ -87,11 +87,22 @@ _MEMO_CHARS = 512
 _ONE_DEVICE = re.compile(r'([^,:;]+),([^,:;]+),([0-9]{1,9}),([0-9]{1,9}):?;?')
 
 
-def _decode_pod_devices(value: str, key: str) -> PodDevices:
+def decode_one_device(value: str) -> PodDevices | None:
+    """What :func:`decode_pod_devices` gives for a value of one container
+    with one device whose counts have at most 9 digits (what most pods
+    carry), read in one match; None for any other value (valid or not),
+    which :func:`decode_pod_devices` then reads."""
     one = _ONE_DEVICE.fullmatch(value)
+    if one is None:
+        return None
+    uuid, kind, mem, cores = one.groups()
+    return ((_device(uuid, kind, int(mem), int(cores)),),)
+
+
+def _decode_pod_devices(value: str, key: str) -> PodDevices:
+    one = decode_one_device(value)
     if one is not None:
-        uuid, kind, mem, cores = one.groups()
-        return ((_device(uuid, kind, int(mem), int(cores)),),)
+        return one
     return _decode_containers(value, key)
 
 

@@ -98,11 +98,31 @@ POD_DEVICE_VALUES = [
 
 class PodDevicesTest(testtools.TestCase):
 
+    def test_resource_version_as_the_number_int_reads(self) -> None:
+        def reference(value: Any) -> int | None:
+            try:
+                return int(str(value))
+            except (TypeError, ValueError):
+                return None
+
+        for value in ('0', '12', '007', '\u0663', '+5', '-5', ' 7 ', '1_0',
+                      '\u00b2', '9' * 18, '9' * 19, '9' * 5000, '', 'x',
+                      None, 12, 1.5, True):
+            self.assertEqual(reference(value), cacheentry.rv_of(value),
+                             repr(value)[:40])
+
     def test_one_device_way_is_the_general_one(self) -> None:
         for value in POD_DEVICE_VALUES:
             self.assertEqual(
                 _outcome(hami_pods._decode_containers, value, 'k'),
                 _outcome(hami_pods._decode_pod_devices, value, 'k'), value)
+            one = hami.decode_one_device(value)
+            if one is not None:
+                self.assertEqual(hami_pods._decode_containers(value, 'k'),
+                                 one, value)
+        # what most pods carry takes the one-device way
+        self.assertIsNotNone(hami.decode_one_device('a,AMD,1,2:;'))
+        self.assertIsNone(hami.decode_one_device('a,AMD,1,2:b,AMD,3,4:;'))
 
 
 # --- a seeded cluster with hostile objects -----------------------------------
@@ -379,3 +399,26 @@ class FastConstructorTest(testtools.TestCase):
         device = hami_pods._device('g', 'AMD', 1, 2)
         self.assertEqual(hash(hami.ContainerDevice('g', 'AMD', 1, 2)),
                          hash(device))
+
+    def test_gpu_state(self) -> None:
+        import dataclasses
+
+        from amdgpu_virt.k8s import fitview
+
+        device = hami.decode_node_register(json.dumps([GOOD_DEVICE]))[0]
+        full = (1 << device.devcore) - 1
+        for values in ((device, 1, 0, 0, 0, full),
+                       (device, 2, 3, 100, 4096, full >> 150),
+                       (device, 1, 11, 400, 1 << 20, 0),      # over-used
+                       (device, 4, 1, 8, 0, full)):
+            made = fitview.gpu_state(*values)
+            reference = fit.GpuState(*values)
+            self.assertEqual(reference, made)
+            self.assertEqual(vars(reference), vars(made))
+            self.assertEqual(repr(reference), repr(made))
+            self.assertEqual(reference.usable_cores, made.usable_cores)
+            self.assertRaises(dataclasses.FrozenInstanceError, setattr,
+                              made, 'used_cores', 0)
+        self.assertEqual(
+            {field.name for field in dataclasses.fields(fit.GpuState)},
+            set(vars(fitview.gpu_state(device, 1, 0, 0, 0, full))))
