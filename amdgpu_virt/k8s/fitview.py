@@ -93,14 +93,10 @@ def gpu_state(info: hami.DeviceInfo, unit: int, used_slots: int,
     ``object.__setattr__`` per field (a cache builds one per GPU of the
     cluster): the same instance, field for field (a test checks)."""
     state = _new(GpuState)
-    fields = state.__dict__
-    fields['info'] = info
-    fields['unit'] = unit
-    fields['used_slots'] = used_slots
-    fields['used_cores'] = used_cores
-    fields['used_mem'] = used_mem
-    fields['free_mask'] = free_mask
-    fields['usable_cores'] = _usable_cores(info, used_cores, free_mask)
+    state.__dict__.update(
+        info=info, unit=unit, used_slots=used_slots, used_cores=used_cores,
+        used_mem=used_mem, free_mask=free_mask,
+        usable_cores=_usable_cores(info, used_cores, free_mask))
     return state
 
 
