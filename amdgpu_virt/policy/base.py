@@ -101,6 +101,14 @@ class PolicyFilter(abc.ABC):
         """
         return None
 
+    def refuses_gpus(self, workload: Workload) -> bool:
+        """Whether :meth:`gpu_refusal` may refuse any GPU for
+        ``workload`` (False spares the planner asking GPU by GPU).
+
+        :returns: True by default.
+        """
+        return True
+
     def _verdict(self, option: Option, passed: bool, message: str,
                  per_model: bool = False) -> Verdict:
         return Verdict(rule=self.name, kind=option.kind, passed=passed,

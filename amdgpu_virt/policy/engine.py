@@ -171,6 +171,19 @@ class Engine:
     def checks_gpus(self) -> bool:
         return bool(self._gpu_filters)
 
+    def checks_gpus_of(self, workload: Workload) -> bool:
+        """Whether a filter may refuse a GPU for ``workload`` (see
+        :meth:`gpu_refusal`)."""
+        return any(rule.refuses_gpus(workload)
+                   for rule in self._gpu_filters)
+
+    @property
+    def ranks_by_profile(self) -> bool:
+        """Every weigher reads only the workload's shape and the
+        candidates' profiles, so :meth:`rank` orders candidates of the
+        same profiles alike (by their position on ties)."""
+        return self._scores is not None
+
     def gpu_refusal(self, workload: Workload, kind: Kind,
                     gpu: Gpu) -> str | None:
         """The first filter's reason to refuse ``gpu``, or None."""

@@ -235,14 +235,41 @@ def ranked_state(ranked: Sequence[av_engine.Scored],
     state: list[Any] = []
     for scored in ranked:
         c = scored.candidate
-        key = (id(scored.parts), c.kind.value, c.in_role == len(
-            c.addresses), c.model.name, scored.score)
-        shared = memo.get(key)
-        if shared is None:
-            shared = memo[key] = (c.kind, key[2], c.model.name,
-                                  scored.score, scored.parts)
+        state += (_shared(scored, memo), c.host, c.addresses)
+    return state
+
+
+def ranking(ranked: Sequence[av_engine.Scored],
+            candidates: Sequence[base.Candidate],
+            memo: dict[Any, Any]) -> tuple[tuple[int, Any], ...]:
+    """The ranking of ``candidates`` as their positions, best first, each
+    with what its verdict shares with others of its profile (as
+    :func:`ranked_state` keeps it): the same for any candidates of the
+    same profiles when the weighers read only those."""
+    where = {id(c): i for i, c in enumerate(candidates)}
+    return tuple((where[id(s.candidate)], _shared(s, memo)) for s in ranked)
+
+
+def ranked_state_of(order: Sequence[tuple[int, Any]],
+                    candidates: Sequence[base.Candidate]) -> list[Any]:
+    """:func:`ranked_state` of ``candidates`` ranked as ``order`` (from
+    :func:`ranking`) says."""
+    state: list[Any] = []
+    for i, shared in order:
+        c = candidates[i]
         state += (shared, c.host, c.addresses)
     return state
+
+
+def _shared(scored: av_engine.Scored, memo: dict[Any, Any]) -> Any:
+    c = scored.candidate
+    key = (id(scored.parts), c.kind.value, c.in_role == len(
+        c.addresses), c.model.name, scored.score)
+    shared = memo.get(key)
+    if shared is None:
+        shared = memo[key] = (c.kind, key[2], c.model.name, scored.score,
+                              scored.parts)
+    return shared
 
 
 def weigher_verdicts(state: Sequence[Any]) -> list[Verdict]:

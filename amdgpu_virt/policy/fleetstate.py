@@ -52,6 +52,9 @@ class FleetState:
         self.strategy = self.engine.cu_strategy
         self.allow_mixed = bool(conf.policy.allow_mixed_host_drivers)
         self.max_slices = int(conf.policy.max_slices_per_gpu)
+        #: VFs per GPU a GPU of each model gets as ``nova-vf`` (the
+        #: engine's answer, read once)
+        self._vf_counts: dict[str, int | None] = {}
         self.hosts: dict[str, st.HostState] = {}
         self.gpus: list[st.GpuState] = []
         self.free = st.FreeIndex()
@@ -123,7 +126,11 @@ class FleetState:
         current = gs.gpu.sriov_numvfs
         if gs.native_family == st.GIM and current in model.vf_counts:
             return current
-        return self.engine.vf_count_for(model)
+        count = self._vf_counts.get(model.name, 0)
+        if count == 0:
+            count = self._vf_counts[model.name] = self.engine.vf_count_for(
+                model)
+        return count
 
     def role_ok(self, gs: st.GpuState, role: Role) -> tuple[bool, bool]:
         """(allowed, unverified) for giving ``gs`` the ``role``."""
@@ -175,15 +182,19 @@ class FleetState:
 
         Pools are bucketed by their balanced free capacity: the smaller of
         free CUs and free memory counted in CUs, so that a scan from a
-        request's own balanced size finds pools that fit both.
+        request's own balanced size finds pools that fit both. The GPU's
+        other pools change only where its slice count meets or leaves the
+        cap (a change is one slice more or less).
         """
         self.cu_version += 1
         gs = pool.gpu
         self.fragments.pop((gs.model.name, gs.host.name), None)
         index = self.cu_index.setdefault(gs.model.name, st.PoolIndex())
-        for each in gs.pools:
+        capped = gs.slices >= self.max_slices
+        for each in (gs.pools if gs.slices >= self.max_slices - 1
+                     else (pool,)):
             value = 0
-            if gs.slices < self.max_slices:
+            if not capped:
                 value = min(each.alloc.free_count,
                             self.mem_as_cus(gs.model, each.mem_free))
             index.put(each, value)

@@ -92,6 +92,8 @@ class Planner(FleetState):
                  engine: av_engine.Engine | None = None) -> None:
         super().__init__(conf, hosts, ledger, existing, engine)
         self.shape = explain.fleet_shape(self)
+        #: whether a GPU filter may refuse a GPU for the workload being
+        #: placed (set per workload)
         self.checks_gpus = self.engine.checks_gpus
         #: the fragmentation score of k8s-shared devices ([policy]
         #: packing), against the mix of the workloads planned; None: best
@@ -106,12 +108,16 @@ class Planner(FleetState):
         self._cu_ids: dict[int, tuple[int, ...]] = {}
         #: what the weighers' verdicts of one profile share
         self._ranked: dict[Any, Any] = {}
+        #: rankings per (shape, candidate profiles), see :meth:`_rank`
+        self._orders: dict[Any, tuple[tuple[int, Any], ...]] = {}
         #: a small number per workload shape, the key of the caches
         #: above (a shape tuple of enums is slow to hash), and that of the
         #: workload being placed
         self._shapes: dict[Any, int] = {}
         self._shape = -1
         self._kinds: dict[Any, tuple[GpuModel, Kind, Role, bool]] = {}
+        #: (CUs, MiB) per GPU per (shape, model name), see :meth:`_size`
+        self._sizes: dict[tuple[int, str], tuple[int, int]] = {}
 
     # -- candidates -------------------------------------------------------
 
@@ -155,13 +161,14 @@ class Planner(FleetState):
     def _view(self, kind: Kind, model: GpuModel, host: st.HostState,
               gpus: Sequence[st.GpuState], unit: tuple[int, int],
               in_role: int, unverified: bool) -> base.Candidate:
-        return base.Candidate(
-            kind=kind, model=model, host=host.name,
-            addresses=(gpus[0].addresses if len(gpus) == 1
-                       else tuple(g.address for g in gpus)),
-            numa_nodes=tuple(g.gpu.numa_node for g in gpus),
-            unit_cus=unit[0], unit_mib=unit[1], in_role=in_role,
-            unverified=unverified)
+        if len(gpus) == 1:
+            addresses = gpus[0].addresses
+            numa_nodes = gpus[0].numa_nodes
+        else:
+            addresses = tuple(g.address for g in gpus)
+            numa_nodes = tuple(g.gpu.numa_node for g in gpus)
+        return base.Candidate(kind, model, host.name, addresses, numa_nodes,
+                              unit[0], unit[1], in_role, unverified)
 
     def _new_gpus(self, w: Workload, kind: Kind, role: Role,
                   model: GpuModel, n: int, extra: Any = None
@@ -308,13 +315,22 @@ class Planner(FleetState):
             pool.mem_free / (gs.vram or 1), gs.slices < self.max_slices,
             pool.alloc.used_count == 0 and pool.mem_free == pool.mem_total,
             pool.mem_free)
-        mib = w.memory_on(gs.model)
-        cus = w.cus_on(gs.model) / (gs.cus or 1)
+        whole, mib = self._size(w, gs.model)
+        cus = whole / (gs.cus or 1)
         cost = packing.share_cost(score, free, cus, mib / (gs.vram or 1),
                                   gs.slices + 1 < self.max_slices, idle,
                                   partial, mib)
         memo[memo_key] = result = (round(cost, 9), free.cus - cus)
         return result
+
+    def _size(self, w: Workload, model: GpuModel) -> tuple[int, int]:
+        """(CUs, MiB) per GPU of ``model`` for ``w``, the workload being
+        placed (kept per shape: a share in percent costs a conversion)."""
+        key = (self._shape, model.name)
+        size = self._sizes.get(key)
+        if size is None:
+            size = self._sizes[key] = (w.cus_on(model), w.memory_on(model))
+        return size
 
     def _spread_vfs(self, w: Workload, gpus: Sequence[st.GpuState],
                     n: int) -> tuple[st.GpuState, ...] | None:
@@ -365,9 +381,7 @@ class Planner(FleetState):
 
     def _cu(self, w: Workload, option: base.Option) -> list[Choice]:
         model = option.model
-        cus = w.cus_on(model)
-        mib = w.memory_on(model)
-        unit = (cus, mib)
+        cus, mib = unit = self._size(w, model)
         result = []
         n = w.gpus
         if n == 1:
@@ -475,8 +489,7 @@ class Planner(FleetState):
     def _commit(self, w: Workload, choice: Choice) -> tuple[Grant, ...
                                                               ] | None:
         model = choice.view.model
-        cus = w.cus_on(model)
-        mib = w.memory_on(model)
+        cus, mib = self._size(w, model)
         for gs in choice.convert:
             ok, unv = self.role_ok(gs, choice.role)
             mode = (self._share_mode(gs, cus, mib)[1]
@@ -546,6 +559,7 @@ class Planner(FleetState):
         if shape is None:
             shape = self._shapes[w.shape()] = len(self._shapes)
         self._shape = shape
+        self.checks_gpus = self.engine.checks_gpus_of(w)
         judgement = self.engine.judge(w, self.options)
         head = judgement.trail
         if not judgement.allowed:
@@ -557,12 +571,12 @@ class Planner(FleetState):
         for option in judgement.allowed:
             choices.extend(self._candidates(w, option, shape))
         while choices:
-            ranked = self.engine.rank(w, [c.view for c in choices])
-            best = ranked[0]
-            choice = next(c for c in choices if c.view is best.candidate)
+            views = [c.view for c in choices]
+            order = self._rank(w, views)
+            choice = choices[order[0][0]]
             free = explain.free_state(choice)
             grants = self._commit(w, choice)
-            scores = explain.ranked_state(ranked, self._ranked)
+            scores = explain.ranked_state_of(order, views)
             if grants is None:
                 head = head + tuple(explain.weigher_verdicts(scores))
                 choices.remove(choice)
@@ -575,7 +589,7 @@ class Planner(FleetState):
                                 w, self._kind_of(model, choice),
                                 choice.host.name, grants, len(scores),
                                 *scores, *free)),
-                            best.score, choice.unverified)
+                            order[0][1][3], choice.unverified)
         never = explain.never_reasons(self, self.shape, w,
                                       judgement)
         if never[0]:
@@ -589,6 +603,21 @@ class Planner(FleetState):
             'now: %s' % ('/'.join(k.value for k in judgement.kinds()),
                          capacity[0].message), trail=Trail(
                 head, tail=tuple(never[1]) + tuple(capacity)))
+
+    def _rank(self, w: Workload, views: Sequence[base.Candidate]
+              ) -> tuple[tuple[int, Any], ...]:
+        """The weighers' ranking of ``views`` (:func:`explain.ranking`),
+        kept per shape and sequence of profiles when the weighers read
+        only those (the same few are ranked again and again)."""
+        if not self.engine.ranks_by_profile:
+            return explain.ranking(self.engine.rank(w, views), views,
+                                   self._ranked)
+        key = (self._shape, tuple(v.profile() for v in views))
+        order = self._orders.get(key)
+        if order is None:
+            order = self._orders[key] = explain.ranking(
+                self.engine.rank(w, views), views, self._ranked)
+        return order
 
     def _kind_of(self, model: GpuModel, choice: Choice
                  ) -> tuple[GpuModel, Kind, Role, bool]:

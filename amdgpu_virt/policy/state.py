@@ -31,6 +31,8 @@ DRIVER_FAMILY = {Driver.GIM: GIM, Driver.AMDGPU: AMDGPU}
 NO_VFS: tuple[int, ...] = ()
 NO_OWNERS: Mapping[int, str] = types.MappingProxyType({})
 NO_POOLS: tuple[Pool, ...] = ()
+#: ``(NUMA node,)`` per NUMA node (see :attr:`GpuState.numa_nodes`)
+_NUMA: dict[int | None, tuple[int | None]] = {}
 
 
 class Pool:
@@ -58,8 +60,8 @@ class Pool:
 class GpuState:
     """One GPU while planning."""
 
-    __slots__ = ('host', 'gpu', 'model', 'address', 'addresses', 'order',
-                 'role',
+    __slots__ = ('host', 'gpu', 'model', 'address', 'addresses',
+                 'numa_nodes', 'order', 'role',
                  'fixed', 'vf_count', 'vf_free', 'vf_owners', 'pools',
                  'slices', 'owner', 'unverified', 'compute_mode',
                  'memory_mode', '_layouts')
@@ -71,6 +73,8 @@ class GpuState:
         self.address = str(gpu.address)
         #: ``(address,)``, shared by every candidate of this GPU alone
         self.addresses = (self.address,)
+        #: ``(NUMA node,)``, one tuple for all GPUs of a node
+        self.numa_nodes = _NUMA.setdefault(gpu.numa_node, (gpu.numa_node,))
         self.order = order
         self.role: Role | None = None
         #: the role came from the ledger and must not change

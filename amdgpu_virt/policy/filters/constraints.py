@@ -31,3 +31,6 @@ class ConstraintsFilter(base.PolicyFilter):
             return 'GPU %s is on NUMA node %s, not %d' % (
                 gpu.address, gpu.numa_node, workload.numa_node)
         return None
+
+    def refuses_gpus(self, workload: Workload) -> bool:
+        return workload.numa_node is not None
