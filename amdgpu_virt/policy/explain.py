@@ -30,7 +30,7 @@ from amdgpu_virt.policy.workload import Workload
 
 if TYPE_CHECKING:
     from amdgpu_virt.policy.fleetstate import FleetState
-    from amdgpu_virt.policy.planner import Choice
+    from amdgpu_virt.policy.candidates import Choice
 
 
 @dataclasses.dataclass(frozen=True)
