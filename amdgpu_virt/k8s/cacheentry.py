@@ -185,6 +185,11 @@ def pod_entry(key: str, node: str, key_name: str, value: Any,
     """The entry of live pod ``key`` on ``node`` whose annotation
     ``key_name`` holds ``value`` (and ``hami.io/amd-cu-allocated``
     ``cu_value``): its devices, or a problem when they cannot be read."""
+    if not cu_value and type(value) is str:
+        # most pods: one device, no stored ranges
+        devices = hami.decode_one_device(value)
+        if devices is not None:
+            return _live_pod(key, node, devices, None, rv, value)
     try:
         if not isinstance(value, str):
             raise exception.HamiProtocolError(key=key_name, value=value,

@@ -120,16 +120,8 @@ def _pod_item(pod: _Pod) -> PodItem:
     if not node or pod.status is not None and \
             pod.status.phase in cacheentry.DONE_PHASES:
         return key, None
-    rv = cacheentry.rv_of(meta.resourceVersion)
-    if not notes.cus:
-        # most pods: one device, no stored ranges (pod_entry's result,
-        # without its general decoding)
-        devices = hami.decode_one_device(value)
-        if devices is not None:
-            return key, cacheentry._live_pod(key, node, devices, None, rv,
-                                             value)
     return key, cacheentry.pod_entry(key, node, key_name, value, notes.cus,
-                                     rv)
+                                     cacheentry.rv_of(meta.resourceVersion))
 
 
 def _typed_page(decoder: msgspec.json.Decoder[Any], data: bytes | str

@@ -40,7 +40,6 @@ from collections.abc import Iterable
 from collections.abc import Mapping
 from collections.abc import Sequence
 from typing import Any
-from typing import cast
 
 from amdgpu_virt.k8s import cacheentry
 from amdgpu_virt.k8s import cacheindex
@@ -343,21 +342,8 @@ class ClusterCache:
         usages: list[fit.PodUsage] = []
         reserved = self._reserved
         pods = self._pods
-        keys = sorted(self._by_node.get(entry.name, ()))
-        found = list(map(pods.get, keys))
-        if not reserved and all(found):
-            # no reservation (the cache right after a list) and every
-            # placed pod listed
-            listed = cast('list[PodEntry]', found)
-            if not problem:
-                problem = next((pod.problem for pod in listed
-                                if pod.problem), problem)
-            return self._viewer_for().build(
-                entry.name, entry.devices,
-                [(key, pod.devices, pod.cu_masks)
-                 for key, pod in zip(keys, listed, strict=True)], problem)
         # what _effective gives, key by key
-        for key in keys:
+        for key in sorted(self._by_node.get(entry.name, ())):
             reservation = reserved.get(key)
             if reservation is not None:
                 usages.append((key, reservation.devices, None))
@@ -369,14 +355,10 @@ class ClusterCache:
             if pod.problem and not problem:
                 problem = pod.problem
             usages.append((key, pod.devices, pod.cu_masks))
-        return self._viewer_for().build(entry.name, entry.devices, usages,
-                                        problem)
-
-    def _viewer_for(self) -> cacheviews.ViewBuilder:
-        """The view builder of the current CU strategy."""
         if self._viewer.strategy is not self.strategy:
             self._viewer = cacheviews.ViewBuilder(self.strategy)
-        return self._viewer
+        return self._viewer.build(entry.name, entry.devices, usages,
+                                  problem)
 
     def views(self, names: Iterable[str]
               ) -> tuple[list[fit.NodeView], list[str]]:
