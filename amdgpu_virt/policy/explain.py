@@ -8,7 +8,7 @@
 * :func:`short`: the reason of a placement in a few words;
   :func:`placed_verdicts`: its trail (the weighers' ranking, what was
   free where it went, what it got), written out from the numbers
-  :func:`ranked_state` and :func:`free_state` keep.
+  :func:`ranked_state_of` and :func:`free_state` keep.
 """
 
 from __future__ import annotations
@@ -226,34 +226,23 @@ def _free_text(w: Workload, model: GpuModel, role: Role, host: str,
         '; '.join(parts))
 
 
-def ranked_state(ranked: Sequence[av_engine.Scored],
-                 memo: dict[Any, Any]) -> list[Any]:
-    """The weighers' ranking of the candidates, flat (for
-    :func:`weigher_verdicts`): per candidate what its verdict shares with
-    others of its profile (kept once in ``memo``), its host and its
-    GPUs."""
-    state: list[Any] = []
-    for scored in ranked:
-        c = scored.candidate
-        state += (_shared(scored, memo), c.host, c.addresses)
-    return state
-
-
 def ranking(ranked: Sequence[av_engine.Scored],
             candidates: Sequence[base.Candidate],
             memo: dict[Any, Any]) -> tuple[tuple[int, Any], ...]:
     """The ranking of ``candidates`` as their positions, best first, each
-    with what its verdict shares with others of its profile (as
-    :func:`ranked_state` keeps it): the same for any candidates of the
-    same profiles when the weighers read only those."""
+    with what its verdict shares with others of its profile (kept once in
+    ``memo``): the same for any candidates of the same profiles when the
+    weighers read only those."""
     where = {id(c): i for i, c in enumerate(candidates)}
     return tuple((where[id(s.candidate)], _shared(s, memo)) for s in ranked)
 
 
 def ranked_state_of(order: Sequence[tuple[int, Any]],
                     candidates: Sequence[base.Candidate]) -> list[Any]:
-    """:func:`ranked_state` of ``candidates`` ranked as ``order`` (from
-    :func:`ranking`) says."""
+    """The weighers' ranking of ``candidates`` as ``order`` (from
+    :func:`ranking`) says, flat (for :func:`weigher_verdicts`): per
+    candidate what its verdict shares with others of its profile, its
+    host and its GPUs."""
     state: list[Any] = []
     for i, shared in order:
         c = candidates[i]
@@ -273,7 +262,7 @@ def _shared(scored: av_engine.Scored, memo: dict[Any, Any]) -> Any:
 
 
 def weigher_verdicts(state: Sequence[Any]) -> list[Verdict]:
-    """A verdict per ranked candidate of :func:`ranked_state`, best
+    """A verdict per ranked candidate of :func:`ranked_state_of`, best
     first."""
     verdicts = []
     for i in range(0, len(state), 3):
@@ -293,7 +282,7 @@ def placed_verdicts(w: Workload,
                     ) -> list[Verdict]:
     """The planner's verdicts of a placement, in words: the weighers'
     ranking (the first ``ranked`` items of ``state``, from
-    :func:`ranked_state`), what was free where it went (the rest, from
+    :func:`ranked_state_of`), what was free where it went (the rest, from
     :func:`free_state`), and what it got.
 
     :param kind_of: the model, kind, role and whether it is unverified.
