@@ -55,14 +55,20 @@ def json_page(data: bytes | str) -> Page:
             str(meta.get('continue') or ''), list(page.get('items') or []))
 
 
-class _ListMeta(msgspec.Struct):
+class _Typed(msgspec.Struct, gc=False):
+    """The typed decoders' structs: only strings, string maps and other
+    such structs, so no reference cycle (the collector need not track
+    them, which makes a large list cheaper to build and to free)."""
+
+
+class _ListMeta(_Typed):
     resourceVersion: str | None = None
     token: str | None = msgspec.field(default=None, name='continue')
 
 
 # --- pods --------------------------------------------------------------------
 
-class _PodAnnotations(msgspec.Struct):
+class _PodAnnotations(_Typed):
     allocated: str | None = msgspec.field(
         default=None, name=hami.DEVICES_ALLOCATED)
     to_allocate: str | None = msgspec.field(
@@ -71,28 +77,28 @@ class _PodAnnotations(msgspec.Struct):
     cus: str | None = msgspec.field(default=None, name=hami.CU_ALLOCATED)
 
 
-class _PodMeta(msgspec.Struct):
+class _PodMeta(_Typed):
     name: str = ''
     namespace: str = ''
     resourceVersion: str | None = None
     annotations: _PodAnnotations | None = None
 
 
-class _PodSpec(msgspec.Struct):
+class _PodSpec(_Typed):
     nodeName: str | None = None
 
 
-class _PodStatus(msgspec.Struct):
+class _PodStatus(_Typed):
     phase: str | None = None
 
 
-class _Pod(msgspec.Struct):
+class _Pod(_Typed):
     metadata: _PodMeta | None = None
     spec: _PodSpec | None = None
     status: _PodStatus | None = None
 
 
-class _PodList(msgspec.Struct):
+class _PodList(_Typed):
     metadata: _ListMeta | None = None
     items: list[_Pod] | None = None
 
@@ -153,26 +159,26 @@ def pod_page(data: bytes | str) -> Page:
 
 # --- nodes -------------------------------------------------------------------
 
-class _NodeAnnotations(msgspec.Struct):
+class _NodeAnnotations(_Typed):
     register: str | None = msgspec.field(default=None,
                                           name=hami.NODE_REGISTER)
 
 
-class _NodeMeta(msgspec.Struct):
+class _NodeMeta(_Typed):
     name: str = ''
     annotations: _NodeAnnotations | None = None
 
 
-class _NodeStatus(msgspec.Struct):
+class _NodeStatus(_Typed):
     capacity: dict[str, str] | None = None
 
 
-class _Node(msgspec.Struct):
+class _Node(_Typed):
     metadata: _NodeMeta | None = None
     status: _NodeStatus | None = None
 
 
-class _NodeList(msgspec.Struct):
+class _NodeList(_Typed):
     metadata: _ListMeta | None = None
     items: list[_Node] | None = None
 

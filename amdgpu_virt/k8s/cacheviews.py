@@ -55,8 +55,11 @@ def _stored_mask(cu_masks: Mapping[str, int], uuid: str) -> int | None:
     return mask
 
 
-def _index_key(state: fit.GpuState) -> tuple[int, str]:
-    return state.info.index, state.info.id
+def _gpu_order(gpu: tuple[fit.GpuState, Any, float, tuple[int, ...]]
+               ) -> tuple[int, str]:
+    """A node's GPUs in the order of their index, then id."""
+    info = gpu[0].info
+    return info.index, info.id
 
 
 class ViewBuilder:
@@ -214,19 +217,42 @@ class ViewBuilder:
                 # fit.usable_device)
                 free = (1 << device.devcore) - 1
             gpus.append(self._state(device, units[uuid], counts[uuid], free))
-        gpus.sort(key=lambda gpu: _index_key(gpu[0]))
-        states = tuple(gpu[0] for gpu in gpus)
-        usage = sum(gpu[2] for gpu in gpus) / (3 * len(gpus)) if gpus \
-            else 0.0
-        healthy = [gpu for gpu in gpus if gpu[0].info.health]
-        free_of = tuple(gpu[1] for gpu in healthy)
-        return fit.NodeView(
-            name=name, gpus=states, problem=problem, usage=usage,
-            max_free_cores=max((gpu[3][0] for gpu in healthy), default=0),
-            max_free_mem=max((gpu[3][1] for gpu in healthy), default=0),
-            open_gpus=sum(1 for gpu in healthy if gpu[3][2] < gpu[3][3]),
-            rank_binpack=(-usage, name), rank_spread=(usage, name),
-            healthy=tuple(gpu[0] for gpu in healthy), frees=free_of,
-            idle_gpus=sum(1 for free in free_of if free.idle),
-            partial_free=sum(free.cus for free in free_of if not free.idle),
-            signature=tuple(gpu[3] for gpu in healthy))
+        gpus.sort(key=_gpu_order)
+        # what fit.build_view sums over the GPUs, in one pass
+        states = []
+        healthy = []
+        frees_of = []
+        signature = []
+        usage = 0.0
+        open_gpus = idle_gpus = 0
+        # as max() and sum() give them: the first GPU's figures (which
+        # may be negative: an over-used GPU), 0 when none; an int sum
+        max_cores: int | None = None
+        max_mem: int | None = None
+        partial: float = 0
+        for state, free_now, gpu_usage, entry in gpus:
+            states.append(state)
+            usage += gpu_usage
+            if not state.info.health:
+                continue
+            healthy.append(state)
+            frees_of.append(free_now)
+            signature.append(entry)
+            if max_cores is None or entry[0] > max_cores:
+                max_cores = entry[0]
+            if max_mem is None or entry[1] > max_mem:
+                max_mem = entry[1]
+            if entry[2] < entry[3]:
+                open_gpus += 1
+            if free_now.idle:
+                idle_gpus += 1
+            else:
+                partial += free_now.cus
+        usage = usage / (3 * len(gpus)) if gpus else 0.0
+        return fitview.node_view(
+            name=name, gpus=tuple(states), problem=problem, usage=usage,
+            max_free_cores=max_cores or 0, max_free_mem=max_mem or 0,
+            open_gpus=open_gpus, rank_binpack=(-usage, name),
+            rank_spread=(usage, name), healthy=tuple(healthy),
+            frees=tuple(frees_of), idle_gpus=idle_gpus,
+            partial_free=partial, signature=tuple(signature))

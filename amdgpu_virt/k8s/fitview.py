@@ -14,6 +14,7 @@ import re
 from collections.abc import Iterable
 from collections.abc import Mapping
 from collections.abc import Sequence
+from typing import Any
 
 from amdgpu_virt import exception
 from amdgpu_virt.sharing import allocator
@@ -130,11 +131,43 @@ class NodeView:
     signature: tuple[tuple[int, ...], ...] = ()
 
 
+def node_view(**fields: Any) -> NodeView:
+    """``NodeView(**fields)`` where ``fields`` names every field, made
+    without the frozen dataclass's ``object.__setattr__`` per field (a
+    cache builds one per node of the cluster): the same instance, field
+    for field (a test checks)."""
+    view = _new(NodeView)
+    view.__dict__.update(fields)
+    return view
+
+
+#: what :func:`usable_device` says of the fields other than the id, per
+#: (type, devcore, devmem, count, CU unit): every GPU of a node, and of
+#: nodes of one kind, registers the same. Bounded: cleared when full
+_DEVICE_PROBLEMS: dict[tuple[str, int, int, int, int], str | None] = {}
+_DEVICE_PROBLEM_ENTRIES = 1024
+
+
 def usable_device(device: hami.DeviceInfo) -> str | None:
     """Why a registered device cannot be scheduled on (None: it can)."""
     if not device.id or _FORBIDDEN.search(device.id) is not None:
         return 'id %r is empty or holds one of %s' % (device.id,
                                                      _FORBIDDEN_TEXT)
+    unit = device.cu_unit
+    key = (device.type, device.devcore, device.devmem, device.count, unit)
+    try:
+        return _DEVICE_PROBLEMS[key]
+    except KeyError:
+        pass
+    problem = _device_problem(device, unit)
+    if len(_DEVICE_PROBLEMS) >= _DEVICE_PROBLEM_ENTRIES:
+        _DEVICE_PROBLEMS.clear()
+    _DEVICE_PROBLEMS[key] = problem
+    return problem
+
+
+def _device_problem(device: hami.DeviceInfo, unit: int) -> str | None:
+    """What is wrong with a device's fields other than its id."""
     if _FORBIDDEN.search(device.type) is not None:
         return 'type %r holds one of %s' % (device.type, _FORBIDDEN_TEXT)
     if device.devcore <= 0 or device.devcore > allocator.MAX_CUS:
@@ -143,9 +176,8 @@ def usable_device(device: hami.DeviceInfo) -> str | None:
         return 'devmem %d is not a memory size' % device.devmem
     if device.count <= 0:
         return 'count %d offers no slot' % device.count
-    if device.devcore % device.cu_unit:
-        return '%d CUs are not whole units of %d' % (device.devcore,
-                                                     device.cu_unit)
+    if device.devcore % unit:
+        return '%d CUs are not whole units of %d' % (device.devcore, unit)
     return None
 
 

@@ -82,21 +82,48 @@ def decode_pod_devices(value: str, key: str = DEVICES_ALLOCATED
 _MEMO_CHARS = 512
 
 
-#: one container with one device whose counts have at most 9 digits
-#: (so within 32 bits): what most pods carry, read in one match
-_ONE_DEVICE = re.compile(r'([^,:;]+),([^,:;]+),([0-9]{1,9}),([0-9]{1,9}):?;?')
+#: what follows a device's UUID in a value of one container with one
+#: device whose counts have at most 9 digits (so within 32 bits): what
+#: most pods carry
+_ONE_DEVICE_TAIL = re.compile(r'([^,:;]+),([0-9]{1,9}),([0-9]{1,9}):?;?')
+#: (type, memory, CUs) per such tail: pods of one size on one GPU model
+#: carry the same tail after different UUIDs. Bounded: cleared when full,
+#: and a tail longer than this is read each time
+_TAILS: dict[str, tuple[str, int, int]] = {}
+_TAIL_ENTRIES = 4096
+_TAIL_CHARS = 128
 
 
 def decode_one_device(value: str) -> PodDevices | None:
     """What :func:`decode_pod_devices` gives for a value of one container
     with one device whose counts have at most 9 digits (what most pods
-    carry), read in one match; None for any other value (valid or not),
-    which :func:`decode_pod_devices` then reads."""
-    one = _ONE_DEVICE.fullmatch(value)
-    if one is None:
+    carry): ``UUID,Type,UsedMemMiB,UsedCUs`` with an optional final ``:``
+    and ``;``; None for any other value (valid or not), which
+    :func:`decode_pod_devices` then reads.
+
+    The part after the UUID is read once per distinct text (see
+    :data:`_TAILS`); the UUID is checked on every call.
+    """
+    uuid, _sep, tail = value.partition(',')
+    fields = _TAILS.get(tail)
+    if fields is None:
+        one = _ONE_DEVICE_TAIL.fullmatch(tail)
+        if one is None:
+            return None
+        kind, mem, cores = one.groups()
+        fields = (kind, int(mem), int(cores))
+        if len(tail) <= _TAIL_CHARS:
+            if len(_TAILS) >= _TAIL_ENTRIES:
+                _TAILS.clear()
+            _TAILS[tail] = fields
+    if not uuid or ':' in uuid or ';' in uuid:
         return None
-    uuid, kind, mem, cores = one.groups()
-    return ((_device(uuid, kind, int(mem), int(cores)),),)
+    # _device's way, one call fewer (a list makes one per pod)
+    device = _new(ContainerDevice)
+    known = device.__dict__
+    known['uuid'] = uuid
+    known['type'], known['usedmem'], known['usedcores'] = fields
+    return ((device,),)
 
 
 def _decode_pod_devices(value: str, key: str) -> PodDevices:

@@ -12,10 +12,13 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from typing import Any
 from unittest import mock
 
 import fixtures
+import hypothesis
+from hypothesis import strategies
 import testtools
 
 from amdgpu_virt import exception
@@ -24,10 +27,16 @@ from amdgpu_virt.k8s import cachelist
 from amdgpu_virt.k8s import fit
 from amdgpu_virt.k8s import schedcache
 from amdgpu_virt.k8s import watching
+from amdgpu_virt.sharing import allocator
 from amdgpu_virt.sharing import hami
 from amdgpu_virt.sharing import packing
 from amdgpu_virt.sharing.hami import pods as hami_pods
 from amdgpu_virt.sharing.hami import register as hami_register
+
+#: the one-device value as a single match (the reader before the tail
+#: memo), the reference of decode_one_device
+_ONE_DEVICE = re.compile(
+    r'([^,:;]+),([^,:;]+),([0-9]{1,9}),([0-9]{1,9}):?;?')
 
 GOOD_DEVICE = {'id': 'g', 'index': 0, 'count': 10, 'devmem': 65536,
                'devcore': 304, 'type': 'AMD Instinct MI300X', 'numa': 0,
@@ -123,6 +132,35 @@ class PodDevicesTest(testtools.TestCase):
         # what most pods carry takes the one-device way
         self.assertIsNotNone(hami.decode_one_device('a,AMD,1,2:;'))
         self.assertIsNone(hami.decode_one_device('a,AMD,1,2:b,AMD,3,4:;'))
+
+    @hypothesis.settings(max_examples=400, deadline=None)
+    @hypothesis.given(strategies.lists(strategies.sampled_from(
+        ['a', 'G', ',', ':', ';', '0', '7', '12345', '9' * 9, '9' * 10,
+         ' ', '\n', 'AMD']), max_size=12).map(''.join))
+    def test_one_device_way_reads_what_one_match_reads(self, value: str
+                                                       ) -> None:
+        # the tail is read once per text: the UUID must still be checked
+        # on each value, whatever tail the memo holds already
+        one = _ONE_DEVICE.fullmatch(value)
+        expected = None if one is None else ((hami.ContainerDevice(
+            one[1], one[2], int(one[3]), int(one[4])),),)
+        self.assertEqual(expected, hami.decode_one_device(value), value)
+        self.assertEqual(expected, hami.decode_one_device(value), value)
+
+    def test_one_device_memo_is_bounded(self) -> None:
+        self.useFixture(fixtures.MonkeyPatch(
+            'amdgpu_virt.sharing.hami.pods._TAILS', {}))
+        for n in range(hami_pods._TAIL_ENTRIES + 10):
+            value = 'g,AMD-%d,1,2;' % n
+            self.assertEqual(((hami.ContainerDevice('g', 'AMD-%d' % n, 1,
+                                                    2),),),
+                             hami.decode_one_device(value))
+        self.assertLessEqual(len(hami_pods._TAILS), hami_pods._TAIL_ENTRIES)
+        # a long tail is read, not kept
+        long_type = 'T' * hami_pods._TAIL_CHARS
+        self.assertEqual(long_type, hami.decode_one_device(
+            'g,%s,1,2' % long_type)[0][0].type)
+        self.assertNotIn('%s,1,2' % long_type, hami_pods._TAILS)
 
 
 # --- a seeded cluster with hostile objects -----------------------------------
@@ -422,3 +460,28 @@ class FastConstructorTest(testtools.TestCase):
         self.assertEqual(
             {field.name for field in dataclasses.fields(fit.GpuState)},
             set(vars(fitview.gpu_state(device, 1, 0, 0, 0, full))))
+
+    def test_node_view(self) -> None:
+        import dataclasses
+
+        from amdgpu_virt.k8s import cacheviews
+
+        device = hami.decode_node_register(json.dumps([GOOD_DEVICE]))[0]
+        pods = [('live/a', ((hami.ContainerDevice('g', 'AMD', 4096, 38),),),
+                 None)]
+        for usages in ((), pods):
+            made = cacheviews.ViewBuilder(
+                allocator.BestFitStrategy()).build('n1', (device,), usages)
+            # the view the cache builds names every field, so it is the
+            # dataclass's own instance
+            self.assertEqual(
+                {field.name for field in dataclasses.fields(fit.NodeView)},
+                set(vars(made)))
+            reference = fit.NodeView(**vars(made))
+            self.assertEqual(reference, made)
+            self.assertEqual(repr(reference), repr(made))
+            self.assertEqual(fit.build_view('n1', (device,), usages,
+                                            strategy=allocator.
+                                            BestFitStrategy()), made)
+            self.assertRaises(dataclasses.FrozenInstanceError, setattr,
+                              made, 'usage', 0.0)

@@ -250,6 +250,34 @@ class FitNodeTest(testtools.TestCase):
                             (device('g0', devcore=95, cuPerWGP=2), 'units')):
             self.assertIn(reason, str(fit.usable_device(bad)))
 
+    @given(st.lists(st.tuples(
+        st.sampled_from(['g0', '', 'g,1', 'g;2', 'G3']),
+        st.sampled_from([MI300X, 'AMD:x', '']),
+        st.sampled_from([-1, 0, 95, 304, allocator.MAX_CUS + 1]),
+        st.sampled_from([0, 196608]), st.sampled_from([0, 10]),
+        st.sampled_from([None, 2, 2.0, 2.5, True, [2]])), max_size=8))
+    def test_usable_device_memo_answers_as_a_fresh_check(
+            self, specs: list[tuple[Any, ...]]) -> None:
+        # what is kept per (type, devcore, devmem, count, unit) never
+        # hides a bad id, nor another device's fields
+        from amdgpu_virt.k8s import fitview
+
+        for uuid, kind, devcore, devmem, count, unit in specs:
+            custom = {} if unit is None else {'cuPerWGP': unit}
+            made = device(uuid, kind=kind, devcore=devcore, devmem=devmem,
+                          count=count, **custom)
+            warm = fit.usable_device(made)
+            fitview._DEVICE_PROBLEMS.clear()
+            self.assertEqual(fit.usable_device(made), warm)
+
+    def test_usable_device_memo_is_bounded(self) -> None:
+        from amdgpu_virt.k8s import fitview
+
+        for n in range(fitview._DEVICE_PROBLEM_ENTRIES + 5):
+            self.assertIsNone(fit.usable_device(device('g0', devmem=n + 1)))
+        self.assertLessEqual(len(fitview._DEVICE_PROBLEMS),
+                             fitview._DEVICE_PROBLEM_ENTRIES)
+
 
 class DecideTest(testtools.TestCase):
 
