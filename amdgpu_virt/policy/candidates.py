@@ -15,7 +15,7 @@ import dataclasses
 import itertools
 import logging
 import math
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from oslo_config import cfg
@@ -223,12 +223,11 @@ class CandidateSearch(FleetState):
                 count))
         return result
 
-    def _pick_pool(self, w: Workload,
-                   fitting: Iterator[tuple[st.Pool, Any]]
-                   ) -> tuple[st.Pool, Any] | None:
-        """The shared device a CU slice of ``w`` goes to, among those
+    def _pick_pool(self, w: Workload, window: Sequence[st.Pool]
+                   ) -> st.Pool | None:
+        """The shared device a CU slice of ``w`` goes to, among the first
         that fit it (best fit first: least balanced room, then least
-        memory).
+        memory; :meth:`_window` long).
 
         With ``[policy] packing`` the first :data:`SCORE_WINDOW` are
         compared as :func:`packing.best` compares them, by the
@@ -237,15 +236,16 @@ class CandidateSearch(FleetState):
         mix (the one that grows the host's expected fragmentation least;
         ties: the best fit); without it, the best fit.
         """
-        score = self.packing
-        if score is None:
-            return next(fitting, None)
-        window = list(itertools.islice(fitting, SCORE_WINDOW))
         if len(window) <= 1:
             return window[0] if window else None
-        best = min(range(len(window)), key=lambda i: self._packing_key(
-            score, w, window[i][0]))
-        return window[best]
+        score = self.packing
+        assert score is not None   # a window of several is scored
+        return min(window, key=lambda pool: self._packing_key(
+            score, w, pool))
+
+    def _window(self) -> int:
+        """How many fitting devices :meth:`_pick_pool` compares."""
+        return 1 if self.packing is None else SCORE_WINDOW
 
     def _packing_key(self, score: packing.Score, w: Workload,
                      pool: st.Pool) -> tuple[float, float]:
@@ -356,25 +356,32 @@ class CandidateSearch(FleetState):
             # an indexed device is on a k8s-shared GPU: only the GPU
             # filters may refuse it (what _select would say for one GPU)
             refusal = self.engine.gpu_refusal if self.checks_gpus else None
-            picked = self._pick_pool(w, (
-                (pool, ((pool.gpu,), pool.gpu.unverified))
-                for pool in (index.fitting(need, mib) if index else ())
+            window: list[st.Pool] = []
+            size = self._window()
+            for pool in index.fitting(need, mib) if index else ():
                 if pool.fits(cus, mib) and (
-                    refusal is None
-                    or refusal(w, Kind.CU, pool.gpu.gpu) is None)))
+                        refusal is None
+                        or refusal(w, Kind.CU, pool.gpu.gpu) is None):
+                    window.append(pool)
+                    if len(window) == size:
+                        break
+            picked = self._pick_pool(w, window)
             if picked is not None:
-                pool, found = picked
-                gs = pool.gpu
+                gs = picked.gpu
+                unv = gs.unverified
                 result.append(Choice(
-                    Kind.CU, Role.K8S_SHARED, gs.host, (gs,), (pool,),
-                    (), found[1], self._view(Kind.CU, model, gs.host,
-                                             (gs,), unit, 1, found[1])))
+                    Kind.CU, Role.K8S_SHARED, gs.host, (gs,), (picked,),
+                    (), unv, self._view(Kind.CU, model, gs.host, (gs,),
+                                        unit, 1, unv)))
         else:
             hosts = self.shared_hosts.get(model.name, {})
             for hostname in list(itertools.islice(hosts, MULTI_GPU_SCAN)):
                 shared = hosts[hostname]
                 host = self.hosts[hostname]
-                ready = [g for g in shared if self._pool_for(g, cus, mib)]
+                most_cus, most_mib = self.host_room(model.name, hostname,
+                                                    shared)
+                ready = [g for g in shared if self._pool_for(g, cus, mib)
+                         ] if most_cus >= cus and most_mib >= mib else []
                 if not ready:
                     # look at the others first next time (round robin)
                     hosts[hostname] = hosts.pop(hostname)

@@ -78,6 +78,10 @@ class FleetState:
         #: (model, host), dropped at every change there
         self.fragments: dict[tuple[str, str],
                              tuple[int, float, dict[Any, Any]]] = {}
+        #: (most free CUs, most free MiB) of one device of the shared
+        #: GPUs below the slice cap, per (model, host), dropped at every
+        #: change there (see :meth:`host_room`)
+        self.rooms: dict[tuple[str, str], tuple[int, int]] = {}
         order = 0
         for inv in hosts:
             if inv.hostname in self.hosts:
@@ -188,8 +192,12 @@ class FleetState:
         """
         self.cu_version += 1
         gs = pool.gpu
-        self.fragments.pop((gs.model.name, gs.host.name), None)
-        index = self.cu_index.setdefault(gs.model.name, st.PoolIndex())
+        where = (gs.model.name, gs.host.name)
+        self.fragments.pop(where, None)
+        self.rooms.pop(where, None)
+        index = self.cu_index.get(where[0])
+        if index is None:
+            index = self.cu_index[where[0]] = st.PoolIndex()
         capped = gs.slices >= self.max_slices
         for each in (gs.pools if gs.slices >= self.max_slices - 1
                      else (pool,)):
@@ -198,6 +206,28 @@ class FleetState:
                 value = min(each.alloc.free_count,
                             self.mem_as_cus(gs.model, each.mem_free))
             index.put(each, value)
+
+    def host_room(self, model: str, host: str,
+                  shared: Sequence[st.GpuState]) -> tuple[int, int]:
+        """(most free CUs, most free MiB) of one device of ``shared``,
+        the shared GPUs of ``model`` on ``host``, counting only GPUs below
+        the slice cap: a slice larger in either fits none of them. Kept
+        until a device there changes."""
+        where = (model, host)
+        room = self.rooms.get(where)
+        if room is None:
+            most_cus = most_mib = 0
+            cap = self.max_slices
+            for gs in shared:
+                if gs.slices < cap:
+                    for pool in gs.pools:
+                        free = pool.alloc.free_count
+                        if free > most_cus:
+                            most_cus = free
+                        if pool.mem_free > most_mib:
+                            most_mib = pool.mem_free
+            room = self.rooms[where] = (most_cus, most_mib)
+        return room
 
     @staticmethod
     def mem_as_cus(model: GpuModel, mib: int) -> int:
@@ -450,6 +480,7 @@ class FleetState:
             self.vf_hosts[(model, count or 0)].put(host.name, total)
         elif role is Role.K8S_SHARED:
             self.fragments.pop((model, host.name), None)
+            self.rooms.pop((model, host.name), None)
             index = self.cu_index[model]
             for pool in gs.pools:
                 index.put(pool, 0)

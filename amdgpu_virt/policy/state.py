@@ -9,10 +9,10 @@ failures.
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import types
 from collections.abc import Iterator, Mapping
-
-from sortedcontainers import SortedList
 
 from amdgpu_virt import catalog
 from amdgpu_virt.model import Driver
@@ -318,43 +318,70 @@ class PoolIndex:
     so :meth:`fitting` skips every device that cannot take it without
     looking at it (a scan from ``need`` of devices a few MiB short would
     otherwise grow with the fleet).
+
+    One list per balanced value (a device's CUs bound the values), kept
+    sorted by (free MiB, sequence) with :mod:`bisect`, and the sorted
+    values that have devices: a change is a search and a move in one
+    list.
     """
 
     def __init__(self) -> None:
-        self._items: SortedList = SortedList()
+        #: per balanced value: (free MiB, sequence, device), ascending
+        self._buckets: dict[int, list[tuple[int, int, Pool]]] = {}
+        #: the balanced values with devices, ascending
+        self._values: list[int] = []
         self._where: dict[Pool, tuple[int, int, int]] = {}
         self._seq = 0
-        #: the largest balanced value indexed
+        #: the largest balanced value ever indexed
         self.top = 0
 
     def put(self, pool: Pool, value: int) -> None:
         """Index ``pool`` at balanced ``value`` (0: not at all); a device
         whose value and free memory are unchanged keeps its place."""
         old = self._where.get(pool)
-        if old is not None and old[0] == value and old[1] == pool.mem_free:
-            return
         if old is not None:
+            if old[0] == value and old[1] == pool.mem_free:
+                return
             del self._where[pool]
-            self._items.remove((old, pool))
+            bucket = self._buckets[old[0]]
+            # (MiB, sequence) sorts just before its entry: sequences are
+            # unique, so no two entries compare their devices
+            del bucket[bisect.bisect_left(bucket, old[1:])]
+            if not bucket:
+                del self._buckets[old[0]]
+                del self._values[bisect.bisect_left(self._values, old[0])]
         if value > 0:
             self._seq += 1
-            key = (value, pool.mem_free, self._seq)
-            self._where[pool] = key
-            self._items.add((key, pool))
-            self.top = max(self.top, value)
+            self._where[pool] = (value, pool.mem_free, self._seq)
+            into = self._buckets.get(value)
+            if into is None:
+                into = self._buckets[value] = []
+                bisect.insort(self._values, value)
+            bisect.insort(into, (pool.mem_free, self._seq, pool))
+            if value > self.top:
+                self.top = value
 
     def fitting(self, need: int, mib: int) -> Iterator[Pool]:
         """Devices of balanced value >= ``need`` with >= ``mib`` MiB free
         at value ``need``: best fit first."""
-        start = self._items.bisect_left(((need, mib, 0),))
-        for _key, pool in self._items.islice(start):
-            yield pool
+        values = self._values
+        start = bisect.bisect_left(values, need)
+        if start == len(values):
+            return
+        buckets = self._buckets
+        for value in values[start:]:
+            bucket = buckets[value]
+            if value == need:
+                for entry in itertools.islice(
+                        bucket, bisect.bisect_left(bucket, (mib,)), None):
+                    yield entry[2]
+            else:
+                for entry in bucket:
+                    yield entry[2]
 
     def largest(self) -> int:
         """The largest balanced value now indexed (0 when empty)."""
-        if not self._items:
-            return 0
-        return int(self._items[-1][0][0])
+        return self._values[-1] if self._values else 0
 
     def __len__(self) -> int:
         return len(self._where)

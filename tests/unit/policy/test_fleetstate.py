@@ -343,6 +343,30 @@ def _index_problems(planner):
         for host, value in index.where.items():
             if hosts.get(key + (host,), 0) != value:
                 problems.append('vf_hosts %s %s' % (key, host))
+    for model, index in planner.cu_index.items():
+        # best fit first: (value, free MiB, least recently changed)
+        ranked = [p for _key, p in sorted(
+            ((key, p) for p, key in index._where.items()),
+            key=lambda item: item[0])]
+        if list(index.fitting(1, 0)) != ranked:
+            problems.append('cu_index %s order' % model)
+        for need, mib in ((1, 10 ** 9), (19, 8192), (10 ** 4, 0)):
+            expected = [p for p in ranked if index._where[p][0] > need or (
+                index._where[p][0] == need and p.mem_free >= mib)]
+            if list(index.fitting(need, mib)) != expected:
+                problems.append('cu_index %s fitting(%d, %d)' % (
+                    model, need, mib))
+        values = [index._where[p][0] for p in ranked]
+        if index.largest() != max(values, default=0) or \
+                len(index) != len(ranked):
+            problems.append('cu_index %s largest' % model)
+    for (model, host), room in planner.rooms.items():
+        shared = planner.shared_hosts.get(model, {}).get(host, [])
+        pools = [p for g in shared if g.slices < planner.max_slices
+                 for p in g.pools]
+        if room != (max((p.alloc.free_count for p in pools), default=0),
+                    max((p.mem_free for p in pools), default=0)):
+            problems.append('room %s %s' % (model, host))
     return problems
 
 
@@ -359,3 +383,43 @@ class TestIndexProperties(testtools.TestCase):
         for d in [d for d in plan.decisions if d.placed][::2]:
             planner.release(d)
             self.assertEqual([], _index_problems(planner))
+
+
+class TestHostRoom(testtools.TestCase):
+
+    def test_the_room_of_a_host_follows_its_devices(self):
+        # single-GPU slices first (higher priority), then a two-GPU slice
+        # whose search reads the hosts' rooms; then every release
+        hosts = [utils.host('bm%d' % i, 'spx', gpus=2) for i in range(2)]
+        items = [Workload('one%d' % i, Platform.POD, Tenancy.TRUSTED,
+                          percent=25, memory_mib=16384, priority=9)
+                 for i in range(3)]
+        items.append(Workload('pair', Platform.POD, Tenancy.TRUSTED, gpus=2,
+                              percent=25, memory_mib=16384, priority=1))
+        planner = av_planner.Planner(
+            utils.conf(max_slices_per_gpu=MAX_SLICES), hosts)
+        plan = planner.plan(items)
+        self.assertTrue(all(d.placed for d in plan.decisions))
+        self.assertTrue(planner.rooms)
+        self.assertEqual([], _index_problems(planner))
+        for d in plan.decisions:
+            planner.release(d)
+            self.assertEqual([], _index_problems(planner))
+
+    def test_a_host_without_room_is_passed_over(self):
+        # best fit fills one host's GPUs to the slice cap first: the
+        # pair goes to the other, and the first host's room says why
+        hosts = [utils.host('bm%d' % i, 'spx', gpus=2) for i in range(2)]
+        items = [Workload('one%d' % i, Platform.POD, Tenancy.TRUSTED,
+                          percent=10, memory_mib=4096, priority=9)
+                 for i in range(2 * MAX_SLICES)]
+        items.append(Workload('pair', Platform.POD, Tenancy.TRUSTED, gpus=2,
+                              percent=10, memory_mib=4096, priority=1))
+        planner = av_planner.Planner(
+            utils.conf(max_slices_per_gpu=MAX_SLICES), hosts)
+        plan = planner.plan(items)
+        placed = {d.workload: d.host for d in plan.decisions if d.placed}
+        self.assertEqual({'bm0'}, {placed['one%d' % i]
+                                   for i in range(2 * MAX_SLICES)})
+        self.assertEqual('bm1', placed.get('pair'), plan.decisions)
+        self.assertEqual((0, 0), planner.rooms.get(('MI300X', 'bm0')))
