@@ -141,9 +141,18 @@ class Planner(CandidateSearch):
     @staticmethod
     def order(workloads: Iterable[Workload]) -> list[Workload]:
         """Priority first, then the hardest to place."""
-        return sorted(workloads, key=lambda w: (
-            -w.priority, not (w.p2p and w.gpus > 1), -w.gpus,
-            -w.fraction_on(_REFERENCE_MODEL), w.name))
+        # how hard a workload is to place depends on its shape alone
+        hardness: dict[Any, tuple[bool, int, float]] = {}
+
+        def key(w: Workload) -> tuple[Any, ...]:
+            shape = w.shape()
+            hard = hardness.get(shape)
+            if hard is None:
+                hard = hardness[shape] = (
+                    not (w.p2p and w.gpus > 1), -w.gpus,
+                    -w.fraction_on(_REFERENCE_MODEL))
+            return (-w.priority, *hard, w.name)
+        return sorted(workloads, key=key)
 
     def place(self, w: Workload) -> Decision:
         """Decide and commit one workload.
@@ -277,9 +286,10 @@ class Planner(CandidateSearch):
             # (the same sums as one weight per workload, in the same order)
             counts: dict[Any, list[Any]] = {}
             for w in workloads:
-                entry = counts.get(w.shape())
+                shape = w.shape()
+                entry = counts.get(shape)
                 if entry is None:
-                    counts[w.shape()] = [_shape_of(w), 1.0]
+                    counts[shape] = [_shape_of(w), 1.0]
                 else:
                     entry[1] += 1.0
             self.packing = packing.score_of(

@@ -41,7 +41,9 @@ def gpu_reports(state: FleetState, decisions: Sequence[Decision]
     for d in decisions:
         if d.placed:
             on_host = users.setdefault(d.host or '', {})
-            for address in d.gpus:
+            grants = d.grants
+            for address in (grants[0].address,) if len(grants) == 1 \
+                    else d.gpus:
                 on_host.setdefault(address, []).append(d)
     reports = []
     for gs in state.gpus:
@@ -80,9 +82,8 @@ def gpu_reports(state: FleetState, decisions: Sequence[Decision]
         cu_owners = []
         for pool in gs.pools:
             alloc = pool.alloc
-            for owner in alloc.allocations:
-                for start, length in cu_allocator.runs(
-                        alloc.mask_of(owner)):
+            for owner, mask in alloc.owner_masks():
+                for start, length in cu_allocator.runs(mask):
                     cu_owners.append((owner, pool.partition, start,
                                       length))
         reports.append(GpuReport(

@@ -317,8 +317,11 @@ class CuAllocator:
 
     @property
     def allocations(self) -> Mapping[str, tuple[int, ...]]:
-        return {owner: ids_of(mask)
-                for owner, mask in sorted(self._owners.items())}
+        return {owner: ids_of(mask) for owner, mask in self.owner_masks()}
+
+    def owner_masks(self) -> list[tuple[str, int]]:
+        """(owner, bitmap of the CUs it holds), by owner."""
+        return sorted(self._owners.items())
 
     def mask_of(self, owner: str) -> int:
         """Bitmap of the CUs ``owner`` holds.
