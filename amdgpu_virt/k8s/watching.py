@@ -12,14 +12,14 @@ Nothing here acts on the whole process: what should happen after a list
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import json
 import logging
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
+from amdgpu_virt import collector
 from amdgpu_virt.k8s import cachelist
 from amdgpu_virt.k8s import schedcache
 
@@ -46,8 +46,9 @@ class Watcher:
     :param after_list: called after each list has been applied.
     :param page_size: items per list page (0: one page).
     :param pause_collector: pause the cyclic garbage collector while a
-        list is read and applied (see :func:`collector_paused`; this acts
-        on the whole process, so only the process's owner asks for it).
+        list is read and applied (see :func:`amdgpu_virt.collector.paused`;
+        this acts on the whole process, so only the process's owner asks
+        for it).
     :param decode: decodes a page into its version, continue token and
         items (default: the items as dicts).
     """
@@ -106,7 +107,7 @@ class Watcher:
         after it may come again, which the cache takes as updates)."""
         if not self.pause_collector:
             return self._list_pages()
-        with collector_paused():
+        with collector.paused():
             return self._list_pages()
 
     def _list_pages(self) -> str:
@@ -203,37 +204,6 @@ def node_event(cache: schedcache.ClusterCache) -> EventFunc:
         else:
             cache.set_node(obj)
     return apply
-
-
-@contextlib.contextmanager
-def collector_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector (process-wide) for the block.
-
-    Reading a list of a large cluster makes millions of objects that all
-    stay alive; the collector's passes over them, ever longer as they
-    grow, cost more than the decoding itself. Reference counting still
-    frees what is dropped; cycles wait for the block's end. The collector
-    is resumed only if it ran before.
-
-    At the block's end what it made goes straight to the collector's
-    oldest generation (:func:`gc.freeze` then :func:`gc.unfreeze` move
-    every tracked object there without walking one), as it would after
-    the young generations' passes: those passes would walk every object
-    of the list only to find it alive. Cycles among them are still
-    collected, by the next full pass. Nothing is promoted while objects
-    are frozen (:func:`settle_memory` froze them: unfreezing would hand
-    them back to the collector).
-    """
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            if not gc.get_freeze_count():
-                gc.freeze()
-                gc.unfreeze()
-            gc.enable()
 
 
 def settle_memory() -> None:

@@ -20,7 +20,6 @@ by :mod:`.report`.
 
 from __future__ import annotations
 
-import gc
 import logging
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -28,6 +27,7 @@ from typing import Any
 from oslo_config import cfg
 
 from amdgpu_virt import catalog
+from amdgpu_virt import collector
 from amdgpu_virt import exception
 from amdgpu_virt import ledger as av_ledger
 from amdgpu_virt.model import GpuModel
@@ -67,6 +67,15 @@ class Planner(CandidateSearch):
                  ledger: av_ledger.Ledger | None = None,
                  existing: Sequence[Decision] = (),
                  engine: av_engine.Engine | None = None) -> None:
+        # the fleet's state is long-lived: the collector's passes over it
+        # while it grows would cost more than building it
+        with collector.paused():
+            self._build(conf, hosts, ledger, existing, engine)
+
+    def _build(self, conf: cfg.ConfigOpts, hosts: Sequence[HostInventory],
+               ledger: av_ledger.Ledger | None,
+               existing: Sequence[Decision],
+               engine: av_engine.Engine | None) -> None:
         super().__init__(conf, hosts, ledger, existing, engine)
         self.shape = explain.fleet_shape(self)
         #: short reasons per (shape, kind, unit, unverified)
@@ -254,21 +263,17 @@ class Planner(CandidateSearch):
              ) -> Plan:
         """Place ``workloads`` (new ones; running ones came in ``existing``).
 
-        The cyclic garbage collector is paused while the plan is made (it
-        would walk the growing plan again and again, and the plan leaves
-        no cycles behind), and set back as it was after.
+        The cyclic garbage collector is paused while the plan is made, as
+        while the planner is built (:func:`amdgpu_virt.collector.paused`:
+        it would walk the growing plan again and again, and the plan
+        leaves no cycles behind), and set back as it was after.
 
         :param invalid: specifications that failed validation, reported
             with code ``invalid`` and every problem in the trail.
         :raises PlanError: a workload name is used twice or is running.
         """
-        paused = gc.isenabled()
-        gc.disable()
-        try:
+        with collector.paused():
             return self._plan(workloads, invalid)
-        finally:
-            if paused:
-                gc.enable()
 
     def _plan(self, workloads: Sequence[Workload],
               invalid: Sequence[tuple[str, exception.WorkloadSpecError]]

@@ -31,8 +31,11 @@ DRIVER_FAMILY = {Driver.GIM: GIM, Driver.AMDGPU: AMDGPU}
 NO_VFS: tuple[int, ...] = ()
 NO_OWNERS: Mapping[int, str] = types.MappingProxyType({})
 NO_POOLS: tuple[Pool, ...] = ()
-#: ``(NUMA node,)`` per NUMA node (see :attr:`GpuState.numa_nodes`)
+#: ``(NUMA node,)`` per NUMA node (see :attr:`GpuState.numa_nodes`).
+#: Bounded: an inventory is input, and a crafted one may name any number
+#: of nodes; cleared when full (the tuples stay equal, only less shared)
 _NUMA: dict[int | None, tuple[int | None]] = {}
+_NUMA_ENTRIES = 1024
 
 
 class Pool:
@@ -74,7 +77,12 @@ class GpuState:
         #: ``(address,)``, shared by every candidate of this GPU alone
         self.addresses = (self.address,)
         #: ``(NUMA node,)``, one tuple for all GPUs of a node
-        self.numa_nodes = _NUMA.setdefault(gpu.numa_node, (gpu.numa_node,))
+        numa = _NUMA.get(gpu.numa_node)
+        if numa is None:
+            if len(_NUMA) >= _NUMA_ENTRIES:
+                _NUMA.clear()
+            numa = _NUMA[gpu.numa_node] = (gpu.numa_node,)
+        self.numa_nodes = numa
         self.order = order
         self.role: Role | None = None
         #: the role came from the ledger and must not change

@@ -423,3 +423,40 @@ class TestHostRoom(testtools.TestCase):
                                    for i in range(2 * MAX_SLICES)})
         self.assertEqual('bm1', placed.get('pair'), plan.decisions)
         self.assertEqual((0, 0), planner.rooms.get(('MI300X', 'bm0')))
+
+
+class TestNumaTuples(testtools.TestCase):
+
+    def test_crafted_numa_nodes_do_not_grow_the_shared_tuples(self):
+        # an inventory is input: GPUs naming thousands of NUMA nodes keep
+        # the module's shared (node,) tuples bounded, and each GPU its own
+        from amdgpu_virt.policy import state
+        base = utils.host('many', 'spx', gpus=1)
+        gpu = base.gpus[0]
+        hosts = [dataclasses.replace(base, hostname='h%d' % i, gpus=(
+            dataclasses.replace(gpu, numa_node=i),))
+            for i in range(3 * state._NUMA_ENTRIES)]
+        planned = fleetstate.FleetState(utils.conf(), hosts)
+        self.assertLessEqual(len(state._NUMA), state._NUMA_ENTRIES)
+        self.assertEqual([(i,) for i in range(3 * state._NUMA_ENTRIES)],
+                         [gs.numa_nodes for gs in planned.gpus])
+
+
+class TestCollectorPause(testtools.TestCase):
+
+    def test_the_collector_runs_again_after_a_plan_or_a_refused_fleet(self):
+        import gc
+        self.assertTrue(gc.isenabled())
+        hosts = [utils.host('bm', 'spx', gpus=1)]
+        planner = av_planner.Planner(utils.conf(), hosts)
+        self.assertTrue(gc.isenabled())
+        planner.plan([Workload('w', Platform.POD, Tenancy.TRUSTED,
+                               percent=10)])
+        self.assertTrue(gc.isenabled())
+        self.assertRaises(exception.PlanError, av_planner.Planner,
+                          utils.conf(), hosts + hosts)
+        self.assertTrue(gc.isenabled())
+        gc.disable()
+        self.addCleanup(gc.enable)
+        av_planner.Planner(utils.conf(), hosts).plan([])
+        self.assertFalse(gc.isenabled())
