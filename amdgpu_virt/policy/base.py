@@ -72,6 +72,10 @@ class Candidate:
 class PolicyFilter(abc.ABC):
     """Allows or excludes a kind for a workload.
 
+    What :meth:`check` and :meth:`refuses_gpus` answer may depend on the
+    workload's shape only (:meth:`~.workload.Workload.shape`: everything
+    but its name and priority): the engine keeps their answers per shape.
+
     :param conf: the configuration; read options here, at construction.
     """
 

@@ -103,9 +103,10 @@ class CandidateSearch(FleetState):
                 continue
             if extra is not None and not extra(gs):
                 continue
-            eligible.append((gs, unv))
             if n == 1:
-                break  # the first will do: NUMA matters from two GPUs on
+                # the first will do: NUMA matters from two GPUs on
+                return (gs,), unv
+            eligible.append((gs, unv))
         if len(eligible) < n:
             return None
         if n > 1:
@@ -267,19 +268,22 @@ class CandidateSearch(FleetState):
             partial = 0.0
             for other in self.shared_hosts.get(where[0], {}).get(
                     where[1], (gs,)):
+                size = other.cus or 1
                 for each in other.pools:
-                    if each.alloc.used_count == 0 and \
-                            each.mem_free == each.mem_total:
+                    alloc = each.alloc
+                    used = alloc.used_count
+                    if used == 0 and each.mem_free == each.mem_total:
                         idle += 1
                     else:
-                        partial += each.alloc.free_count / (other.cus or 1)
+                        partial += (alloc.total - used) / size
             known = self.fragments[where] = (idle, partial, {})
         idle, partial, memo = known
+        alloc = pool.alloc
+        used = alloc.used_count
         free = packing.GpuFree(
-            pool.alloc.free_count / (gs.cus or 1),
+            (alloc.total - used) / (gs.cus or 1),
             pool.mem_free / (gs.vram or 1), gs.slices < self.max_slices,
-            pool.alloc.used_count == 0 and pool.mem_free == pool.mem_total,
-            pool.mem_free)
+            used == 0 and pool.mem_free == pool.mem_total, pool.mem_free)
         whole, mib = self._size(w, gs.model)
         cus = whole / (gs.cus or 1)
         cost = packing.share_cost(score, free, cus, mib / (gs.vram or 1),

@@ -95,6 +95,8 @@ class Engine:
             f for f in self.filters
             if type(f).gpu_refusal is not base.PolicyFilter.gpu_refusal]
         self._cache: dict[Any, Judgement] = {}
+        #: checks_gpus_of per workload shape
+        self._checks: dict[Any, bool] = {}
         #: scores per workload shape, then per candidate profile, when
         #: every weigher reads only those
         self._scores: dict[Any, dict[Any, tuple[float, Any]]] | None = (
@@ -173,9 +175,14 @@ class Engine:
 
     def checks_gpus_of(self, workload: Workload) -> bool:
         """Whether a filter may refuse a GPU for ``workload`` (see
-        :meth:`gpu_refusal`)."""
-        return any(rule.refuses_gpus(workload)
-                   for rule in self._gpu_filters)
+        :meth:`gpu_refusal`); kept per workload shape, as the filters'
+        verdicts are (:meth:`judge`)."""
+        shape = workload.shape()
+        checks = self._checks.get(shape)
+        if checks is None:
+            checks = self._checks[shape] = any(
+                rule.refuses_gpus(workload) for rule in self._gpu_filters)
+        return checks
 
     @property
     def ranks_by_profile(self) -> bool:

@@ -171,6 +171,20 @@ class TestEngine(testtools.TestCase):
         self.assertEqual(1, self.engine.vf_count_for(MI210))
         self.assertIsNone(self.engine.vf_count_for(MI300A))
 
+    def test_gpus_are_checked_only_for_a_workload_a_filter_may_refuse(self):
+        # the constraints filter refuses GPUs of another NUMA node: only a
+        # workload pinned to one is checked GPU by GPU; kept per shape
+        engine = av_engine.Engine(utils.conf())
+        pinned = Workload('a', Platform.POD, Tenancy.TRUSTED, percent=10,
+                          numa_node=1)
+        free = Workload('b', Platform.POD, Tenancy.TRUSTED, percent=10)
+        self.assertTrue(engine.checks_gpus_of(pinned))
+        self.assertFalse(engine.checks_gpus_of(free))
+        self.assertTrue(engine.checks_gpus_of(Workload(
+            'c', Platform.POD, Tenancy.TRUSTED, percent=10, numa_node=1,
+            priority=7)))
+        self.assertFalse(engine.checks_gpus_of(free))
+
     def test_isolated_pod_at_40_percent_is_dedicated_only(self):
         pod = Workload('p', Platform.POD, Tenancy.ISOLATED, percent=40,
                        memory_mib=64 * 1024)
