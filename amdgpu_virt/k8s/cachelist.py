@@ -110,7 +110,7 @@ _NO_META = _PodMeta()
 def _pod_item(pod: _Pod) -> PodItem:
     """What :func:`cacheentry.decode_pod` gives, from the typed pod."""
     meta = pod.metadata or _NO_META
-    key = '%s/%s' % (meta.namespace, meta.name)
+    key = f'{meta.namespace}/{meta.name}'
     notes = meta.annotations
     if notes is None:
         return key, None

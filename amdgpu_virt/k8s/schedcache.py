@@ -244,11 +244,22 @@ class ClusterCache:
         pods: dict[str, PodEntry] = {}
         #: listed pods that hold no GPU (the others are in ``pods``)
         others: set[str] = set()
+        #: every placement afresh (what _refresh does, key by key), the
+        #: listed ones first
+        placed: dict[str, str] = {}
+        by_node: dict[str, set[str]] = {}
         for key, entry in listing:
             if entry is None:
                 others.add(key)
             else:
                 pods[key] = entry
+                node = entry.node
+                placed[key] = node
+                keys = by_node.get(node)
+                if keys is None:
+                    by_node[node] = {key}
+                else:
+                    keys.add(key)
         with self.lock:
             self._pods = pods
             reserved = self._reserved
@@ -258,22 +269,19 @@ class ClusterCache:
                         list_rv is not None and
                         reservation.resource_version <= list_rv):
                     del reserved[key]
-            # every placement afresh (what _refresh does, key by key)
-            placed = self._placed
-            placed.clear()
-            for key, entry in pods.items():
-                if key not in reserved:
-                    placed[key] = entry.node
+            # a reservation still held places its pod where it says
             for key, reservation in reserved.items():
+                listed = pods.get(key)
+                if listed is not None:
+                    del placed[key]
+                    keys = by_node[listed.node]
+                    keys.discard(key)
+                    if not keys:
+                        del by_node[listed.node]
                 if reservation.node is not None:
                     placed[key] = reservation.node
-            by_node: dict[str, set[str]] = {}
-            for key, node in placed.items():
-                keys = by_node.get(node)
-                if keys is None:
-                    by_node[node] = {key}
-                else:
-                    keys.add(key)
+                    by_node.setdefault(reservation.node, set()).add(key)
+            self._placed = placed
             self._by_node = by_node
             self._dirty = set(self._nodes)
             self._dirty.update(by_node)

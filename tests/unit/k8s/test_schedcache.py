@@ -130,6 +130,30 @@ class CacheTest(testtools.TestCase):
         self.assertIsNone(self.cache.placement('ns/a'))
         self.assertEqual('n1', self.cache.placement('ns/b'))
 
+    def test_a_reservation_in_flight_outranks_a_listed_placement(
+            self) -> None:
+        # b is reserved on n1 and not confirmed; the list still shows it
+        # on n2 (an older allocation): n1 holds it and n2 does not count
+        # it, until the reservation ends
+        self.cache.set_node(node('n2', [device('h0')]))
+        self.cache.decide_and_reserve('ns/b', self.request, ['n1'])
+        listed = schedcache.decode_pod(gpu_pod('b', 'n2', 'h0,AMD,10,30:;',
+                                               rv=3))
+        assert listed is not None
+        self.cache.load_pods([('ns/b', listed), ('ns/c', None)], 4)
+        self.assertEqual('n1', self.cache.placement('ns/b'))
+        # the pods per node agree with the placements
+        by_node: dict[str, set[str]] = {}
+        for key, where in self.cache._placed.items():
+            by_node.setdefault(where, set()).add(key)
+        self.assertEqual(by_node, self.cache._by_node)
+        self.assertEqual(0, self.cache.view('n2').gpus[0].used_cores)
+        self.assertEqual(182, self.cache.view('n1').gpus[0].used_cores)
+        self.cache.cancel('ns/b')
+        self.assertEqual('n2', self.cache.placement('ns/b'))
+        self.assertEqual(30, self.cache.view('n2').gpus[0].used_cores)
+        self.assertEqual(0, self.cache.view('n1').gpus[0].used_cores)
+
     def test_node_events(self) -> None:
         self.cache.set_node(node('n2', [device('h0')]))
         self.assertEqual(2, self.cache.node_count())
