@@ -57,6 +57,18 @@ class Choice:
     unverified: bool
     view: base.Candidate
     vf_count: int | None = None
+    #: the view's profile, once read (see :meth:`profile`)
+    _profile: tuple[object, ...] | None = dataclasses.field(
+        default=None, repr=False, compare=False)
+
+    def profile(self) -> tuple[object, ...]:
+        """The view's :meth:`~.base.Candidate.profile`, kept (a choice is
+        ranked again for every workload of its shape while it is
+        kept)."""
+        found = self._profile
+        if found is None:
+            found = self._profile = self.view.profile()
+        return found
 
 
 class CandidateSearch(FleetState):
@@ -81,6 +93,9 @@ class CandidateSearch(FleetState):
         #: the number of the shape of the workload being placed (see
         #: :meth:`~.planner.Planner.place`)
         self._shape = -1
+        #: unassigned GPUs to convert, with the free index's version,
+        #: per search (see :meth:`_new_gpus`)
+        self._fresh: dict[Any, tuple[int, Any]] = {}
         #: (CUs, MiB) per GPU per (shape, model name), see :meth:`_size`
         self._sizes: dict[tuple[int, str], tuple[int, int]] = {}
 
@@ -137,15 +152,39 @@ class CandidateSearch(FleetState):
                               unit[0], unit[1], in_role, unverified)
 
     def _new_gpus(self, w: Workload, kind: Kind, role: Role,
-                  model: GpuModel, n: int, extra: Any = None
+                  model: GpuModel, n: int, extra: Any = None,
+                  extra_key: Any = None
                   ) -> tuple[st.HostState, tuple[st.GpuState, ...], bool
                              ] | None:
-        for key in self.family_keys(role):
-            for host, lst in self.free.hosts_with(model.name, key, n):
-                found = self._select(w, kind, role, lst, n, extra)
-                if found is not None:
-                    return host, found[0], found[1]
-        return None
+        """The best host to convert ``n`` unassigned GPUs of ``model`` on
+        for ``role`` (fewest free GPUs first), those GPUs and whether they
+        are unverified.
+
+        Without GPU filters for the workload the search reads of it only
+        whether it needs one NUMA node, so its result is kept per
+        (kind, role, model, count, ``extra_key``: what ``extra`` checks)
+        while the free index is unchanged, for every workload shape
+        alike (an ``extra`` without a key is not kept).
+        """
+        key = None
+        if not self.checks_gpus and (extra is None or extra_key is not None):
+            key = (id(kind), id(role), model.name, n, extra_key,
+                   n > 1 and w.same_numa)
+            hit = self._fresh.get(key)
+            if hit is not None and hit[0] == self.free.version:
+                return hit[1]
+        found = None
+        for family in self.family_keys(role):
+            for host, lst in self.free.hosts_with(model.name, family, n):
+                chosen = self._select(w, kind, role, lst, n, extra)
+                if chosen is not None:
+                    found = host, chosen[0], chosen[1]
+                    break
+            if found is not None:
+                break
+        if key is not None:
+            self._fresh[key] = (self.free.version, found)
+        return found
 
     def _dedicated(self, w: Workload, option: base.Option
                    ) -> list[Choice]:
@@ -214,7 +253,7 @@ class CandidateSearch(FleetState):
             return result  # an in-role GPU outscores converting another
         needed = math.ceil(n / count)
         new = self._new_gpus(w, Kind.VF, Role.NOVA_VF, model, needed,
-                             lambda g: self.vf_count_on(g) == count)
+                             lambda g: self.vf_count_on(g) == count, count)
         if new is not None:
             host, fresh, unv = new
             spread = tuple(fresh[i // count] for i in range(n))
@@ -411,7 +450,8 @@ class CandidateSearch(FleetState):
         if n == 1 and result:
             return result  # an in-role GPU outscores converting another
         new = self._new_gpus(w, Kind.CU, Role.K8S_SHARED, model, n,
-                             lambda g: self._could_share(g, cus, mib))
+                             lambda g: self._could_share(g, cus, mib),
+                             (cus, mib))
         if new is not None:
             host, gpus, unv = new
             result.append(Choice(

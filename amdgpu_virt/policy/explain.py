@@ -252,7 +252,7 @@ def ranked_state_of(order: Sequence[tuple[int, Any]],
 
 def _shared(scored: av_engine.Scored, memo: dict[Any, Any]) -> Any:
     c = scored.candidate
-    key = (id(scored.parts), c.kind.value, c.in_role == len(
+    key = (id(scored.parts), id(c.kind), c.in_role == len(
         c.addresses), c.model.name, scored.score)
     shared = memo.get(key)
     if shared is None:

@@ -189,7 +189,7 @@ class Planner(CandidateSearch):
             choices.extend(self._candidates(w, option, shape))
         while choices:
             views = [c.view for c in choices]
-            order = self._rank(w, views)
+            order = self._rank(w, views, choices)
             choice = choices[order[0][0]]
             free = explain.free_state(choice)
             grants = self._commit(w, choice)
@@ -221,15 +221,16 @@ class Planner(CandidateSearch):
                          capacity[0].message), trail=Trail(
                 head, tail=tuple(never[1]) + tuple(capacity)))
 
-    def _rank(self, w: Workload, views: Sequence[base.Candidate]
-              ) -> tuple[tuple[int, Any], ...]:
-        """The weighers' ranking of ``views`` (:func:`explain.ranking`),
-        kept per shape and sequence of profiles when the weighers read
-        only those (the same few are ranked again and again)."""
+    def _rank(self, w: Workload, views: Sequence[base.Candidate],
+              choices: Sequence[Choice]) -> tuple[tuple[int, Any], ...]:
+        """The weighers' ranking of ``views``, the views of ``choices``
+        (:func:`explain.ranking`), kept per shape and sequence of profiles
+        when the weighers read only those (the same few are ranked again
+        and again)."""
         if not self.engine.ranks_by_profile:
             return explain.ranking(self.engine.rank(w, views), views,
                                    self._ranked)
-        key = (self._shape, tuple(v.profile() for v in views))
+        key = (self._shape, tuple(c.profile() for c in choices))
         order = self._orders.get(key)
         if order is None:
             order = self._orders[key] = explain.ranking(
@@ -240,7 +241,9 @@ class Planner(CandidateSearch):
                  ) -> tuple[GpuModel, Kind, Role, bool]:
         """(model, kind, role, unverified) of ``choice``, one tuple for
         every decision alike."""
-        key = (id(model), choice.kind.value, choice.role.value,
+        # enum members are singletons: their ids hash in C, their values
+        # through a property
+        key = (id(model), id(choice.kind), id(choice.role),
                choice.unverified)
         found = self._kinds.get(key)
         if found is None:
@@ -251,7 +254,7 @@ class Planner(CandidateSearch):
     def _short(self, w: Workload, choice: Choice,
                judgement: av_engine.Judgement) -> str:
         view = choice.view
-        key = (self._shape, choice.kind.value, view.unit_cus,
+        key = (self._shape, id(choice.kind), view.unit_cus,
                view.unit_mib, choice.unverified)
         text = self._reasons.get(key)
         if text is None:
