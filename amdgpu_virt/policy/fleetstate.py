@@ -241,11 +241,15 @@ class FleetState:
         GPU's moved)."""
         self.vf_version += 1
         key = (gs.model.name, gs.vf_count or 0)
-        index = self.vf_index.setdefault(key, st.BucketIndex())
+        index = self.vf_index.get(key)
+        if index is None:
+            index = self.vf_index[key] = st.BucketIndex()
         old = index.where.get(gs, 0)
         free = len(gs.vf_free)
         index.put(gs, free)
-        hosts = self.vf_hosts.setdefault(key, st.BucketIndex())
+        hosts = self.vf_hosts.get(key)
+        if hosts is None:
+            hosts = self.vf_hosts[key] = st.BucketIndex()
         name = gs.host.name
         hosts.put(name, hosts.where.get(name, 0) + free - old)
 

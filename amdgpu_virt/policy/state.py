@@ -221,8 +221,13 @@ class FreeIndex:
         self.version = 0
 
     def _bucket(self, model: str, key: str, count: int) -> dict[str, None]:
-        return self.buckets.setdefault((model, key), {}).setdefault(count,
-                                                                     {})
+        per_count = self.buckets.get((model, key))
+        if per_count is None:
+            per_count = self.buckets[(model, key)] = {}
+        bucket = per_count.get(count)
+        if bucket is None:
+            bucket = per_count[count] = {}
+        return bucket
 
     def add(self, gpu: GpuState) -> None:
         self.version += 1
@@ -299,7 +304,10 @@ class BucketIndex:
             self.buckets[old].pop(item, None)
             self.total -= old
         if value > 0:
-            self.buckets.setdefault(value, {})[item] = None
+            bucket = self.buckets.get(value)
+            if bucket is None:
+                bucket = self.buckets[value] = {}
+            bucket[item] = None
             self.where[item] = value
             self.total += value
             self.top = max(self.top, value)
