@@ -134,14 +134,16 @@ class Engine:
             result.append(base.Option(Kind.CU, model))
         return tuple(result)
 
-    def judge(self, workload: Workload,
-              options: Sequence[base.Option]) -> Judgement:
+    def judge(self, workload: Workload, options: Sequence[base.Option],
+              shape: Any = None) -> Judgement:
         """Run every filter on every option.
 
         Verdicts that read the same for all models of a kind are given
         once; a rule's verdict per model otherwise.
+
+        :param shape: ``workload.shape()``, when the caller has it.
         """
-        key = (workload.shape(), tuple(options))
+        key = (workload.shape() if shape is None else shape, tuple(options))
         cached = self._cache.get(key)
         if cached is not None:
             return cached
@@ -173,11 +175,15 @@ class Engine:
     def checks_gpus(self) -> bool:
         return bool(self._gpu_filters)
 
-    def checks_gpus_of(self, workload: Workload) -> bool:
+    def checks_gpus_of(self, workload: Workload, shape: Any = None) -> bool:
         """Whether a filter may refuse a GPU for ``workload`` (see
         :meth:`gpu_refusal`); kept per workload shape, as the filters'
-        verdicts are (:meth:`judge`)."""
-        shape = workload.shape()
+        verdicts are (:meth:`judge`).
+
+        :param shape: ``workload.shape()``, when the caller has it.
+        """
+        if shape is None:
+            shape = workload.shape()
         checks = self._checks.get(shape)
         if checks is None:
             checks = self._checks[shape] = any(

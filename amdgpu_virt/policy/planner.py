@@ -172,12 +172,13 @@ class Planner(CandidateSearch):
         """
         if not self.gpus:
             return Decision(w.name, Code.NEVER, 'the fleet has no GPUs')
-        shape = self._shapes.get(w.shape())
+        key = w.shape()
+        shape = self._shapes.get(key)
         if shape is None:
-            shape = self._shapes[w.shape()] = len(self._shapes)
+            shape = self._shapes[key] = len(self._shapes)
         self._shape = shape
-        self.checks_gpus = self.engine.checks_gpus_of(w)
-        judgement = self.engine.judge(w, self.options)
+        self.checks_gpus = self.engine.checks_gpus_of(w, key)
+        judgement = self.engine.judge(w, self.options, key)
         head = judgement.trail
         if not judgement.allowed:
             return Decision(
