@@ -69,6 +69,34 @@ class Candidate:
                 self.unverified)
 
 
+_new = object.__new__
+(_set_kind, _set_model, _set_host, _set_addresses, _set_numa_nodes,
+ _set_unit_cus, _set_unit_mib, _set_in_role, _set_unverified) = (
+    Candidate.__dict__[f.name].__set__ for f in dataclasses.fields(Candidate))
+
+
+def candidate(kind: Kind, model: GpuModel, host: str,
+              addresses: tuple[str, ...],
+              numa_nodes: tuple[int | None, ...], unit_cus: int,
+              unit_mib: int, in_role: int, unverified: bool) -> Candidate:
+    """``Candidate(kind, model, host, addresses, numa_nodes, unit_cus,
+    unit_mib, in_role, unverified)``, made without the frozen
+    dataclass's ``object.__setattr__`` per field (the planner makes one
+    per candidate found): the same instance, field for field (a test
+    checks)."""
+    made = _new(Candidate)
+    _set_kind(made, kind)
+    _set_model(made, model)
+    _set_host(made, host)
+    _set_addresses(made, addresses)
+    _set_numa_nodes(made, numa_nodes)
+    _set_unit_cus(made, unit_cus)
+    _set_unit_mib(made, unit_mib)
+    _set_in_role(made, in_role)
+    _set_unverified(made, unverified)
+    return made
+
+
 class PolicyFilter(abc.ABC):
     """Allows or excludes a kind for a workload.
 

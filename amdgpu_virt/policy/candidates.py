@@ -148,7 +148,7 @@ class CandidateSearch(FleetState):
         else:
             addresses = tuple(g.address for g in gpus)
             numa_nodes = tuple(g.gpu.numa_node for g in gpus)
-        return base.Candidate(kind, model, host.name, addresses, numa_nodes,
+        return base.candidate(kind, model, host.name, addresses, numa_nodes,
                               unit[0], unit[1], in_role, unverified)
 
     def _new_gpus(self, w: Workload, kind: Kind, role: Role,

@@ -254,3 +254,30 @@ class Decision:
         if trail:
             data['trail'] = [v.to_dict() for v in self.trail]
         return data
+
+
+_new = object.__new__
+(_set_workload, _set_code, _set_reason, _set_kind, _set_host, _set_grants,
+ _set_trail, _set_score, _set_unverified, _set_existing) = (
+    Decision.__dict__[f.name].__set__ for f in dataclasses.fields(Decision))
+
+
+def placed(workload: str, reason: str, kind: Kind, host: str,
+           grants: tuple[Grant, ...], trail: Sequence[Verdict],
+           score: float | None, unverified: bool) -> Decision:
+    """``Decision(workload, Code.PLACED, reason, kind, host, grants, trail,
+    score, unverified)``, made without the frozen dataclass's
+    ``object.__setattr__`` per field (the planner makes one per workload):
+    the same instance, field for field (a test checks)."""
+    decision = _new(Decision)
+    _set_workload(decision, workload)
+    _set_code(decision, Code.PLACED)
+    _set_reason(decision, reason)
+    _set_kind(decision, kind)
+    _set_host(decision, host)
+    _set_grants(decision, grants)
+    _set_trail(decision, trail)
+    _set_score(decision, score)
+    _set_unverified(decision, unverified)
+    _set_existing(decision, False)
+    return decision

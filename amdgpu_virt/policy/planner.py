@@ -43,6 +43,7 @@ from amdgpu_virt.policy import explain
 from amdgpu_virt.policy import improve
 from amdgpu_virt.policy import report
 from amdgpu_virt.policy import state as st
+from amdgpu_virt.policy import decision
 from amdgpu_virt.policy.decision import Code
 from amdgpu_virt.policy.decision import Decision
 from amdgpu_virt.policy.decision import Grant
@@ -200,14 +201,13 @@ class Planner(CandidateSearch):
                 choices.remove(choice)
                 continue
             model = choice.view.model
-            return Decision(w.name, Code.PLACED,
-                            self._short(w, choice, judgement),
-                            choice.kind, choice.host.name, grants,
-                            Trail(head, explain.placed_verdicts, (
-                                w, self._kind_of(model, choice),
-                                choice.host.name, grants, len(scores),
-                                *scores, *free)),
-                            order[0][1][3], choice.unverified)
+            return decision.placed(
+                w.name, self._short(w, choice, judgement), choice.kind,
+                choice.host.name, grants, Trail(
+                    head, explain.placed_verdicts, (
+                        w, self._kind_of(model, choice), choice.host.name,
+                        grants, len(scores), *scores, *free)),
+                order[0][1][3], choice.unverified)
         never = explain.never_reasons(self, self.shape, w,
                                       judgement)
         if never[0]:

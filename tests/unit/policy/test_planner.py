@@ -426,3 +426,31 @@ class TestBound(testtools.TestCase):
         self.assertEqual(2, plan.bound.placed)
         self.assertEqual(2, plan.bound.priority)
         self.assertEqual(2, plan.summary()['placed'])
+
+
+class TestFastConstructors(testtools.TestCase):
+
+    def test_they_make_the_same_instances(self):
+        # the planner's own constructors of its hottest records give the
+        # dataclasses' instances, field for field
+        from amdgpu_virt import catalog
+        from amdgpu_virt.model import Kind
+        from amdgpu_virt.policy import base
+        from amdgpu_virt.policy import decision
+        from amdgpu_virt.policy.decision import Code
+        from amdgpu_virt.policy.decision import Decision
+        from amdgpu_virt.policy.decision import Grant
+        model = catalog.by_name('MI300X')
+        args = (Kind.CU, model, 'h1', ('0000:05:00.0',), (1,), 38, 24576,
+                1, True)
+        made = base.candidate(*args)
+        self.assertEqual(base.Candidate(*args), made)
+        self.assertEqual(base.Candidate(*args).profile(), made.profile())
+        self.assertIs(type(made), base.Candidate)
+        grants = (Grant('0000:05:00.0', 1024, 38, cus=(0, 1)),)
+        placed = decision.placed('w', 'why', Kind.CU, 'h1', grants, (), 2.5,
+                                 True)
+        self.assertEqual(Decision('w', Code.PLACED, 'why', Kind.CU, 'h1',
+                                  grants, (), 2.5, True), placed)
+        self.assertFalse(placed.existing)
+        self.assertTrue(placed.placed)
