@@ -276,10 +276,9 @@ class CandidateSearch(FleetState):
         mix (the one that grows the host's expected fragmentation least;
         ties: the best fit); without it, the best fit.
         """
-        if len(window) <= 1:
-            return window[0] if window else None
         score = self.packing
-        assert score is not None   # a window of several is scored
+        if score is None or len(window) <= 1:
+            return window[0] if window else None
         return min(window, key=lambda pool: self._packing_key(
             score, w, pool))
 

@@ -38,12 +38,12 @@ from amdgpu_virt.policy import base
 from amdgpu_virt.policy import bound as av_bound
 from amdgpu_virt.policy.candidates import CandidateSearch
 from amdgpu_virt.policy.candidates import Choice
+from amdgpu_virt.policy import decision
 from amdgpu_virt.policy import engine as av_engine
 from amdgpu_virt.policy import explain
 from amdgpu_virt.policy import improve
 from amdgpu_virt.policy import report
 from amdgpu_virt.policy import state as st
-from amdgpu_virt.policy import decision
 from amdgpu_virt.policy.decision import Code
 from amdgpu_virt.policy.decision import Decision
 from amdgpu_virt.policy.decision import Grant

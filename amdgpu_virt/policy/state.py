@@ -9,10 +9,10 @@ failures.
 
 from __future__ import annotations
 
-import bisect
-import itertools
 import types
 from collections.abc import Iterator, Mapping
+
+from sortedcontainers import SortedList
 
 from amdgpu_virt import catalog
 from amdgpu_virt.model import Driver
@@ -335,17 +335,20 @@ class PoolIndex:
     looking at it (a scan from ``need`` of devices a few MiB short would
     otherwise grow with the fleet).
 
-    One list per balanced value (a device's CUs bound the values), kept
-    sorted by (free MiB, sequence) with :mod:`bisect`, and the sorted
-    values that have devices: a change is a search and a move in one
-    list.
+    Devices of one (value, free MiB) share a bucket, a dict in the order
+    they were put (which is the order of their sequence numbers); the
+    buckets' keys are kept sorted. Most changes move a device between two
+    buckets that exist (no sorted search at all); the sorted keys change
+    only when a bucket is made or emptied, in logarithmic time however
+    many devices a fleet has (tens of thousands of idle partitions share
+    one bucket).
     """
 
     def __init__(self) -> None:
-        #: per balanced value: (free MiB, sequence, device), ascending
-        self._buckets: dict[int, list[tuple[int, int, Pool]]] = {}
-        #: the balanced values with devices, ascending
-        self._values: list[int] = []
+        #: (value, free MiB) -> the devices there, least recent first
+        self._buckets: dict[tuple[int, int], dict[Pool, None]] = {}
+        #: the buckets' keys, ascending
+        self._keys: SortedList = SortedList()
         self._where: dict[Pool, tuple[int, int, int]] = {}
         self._seq = 0
         #: the largest balanced value ever indexed
@@ -359,45 +362,35 @@ class PoolIndex:
             if old[0] == value and old[1] == pool.mem_free:
                 return
             del self._where[pool]
-            bucket = self._buckets[old[0]]
-            # (MiB, sequence) sorts just before its entry: sequences are
-            # unique, so no two entries compare their devices
-            del bucket[bisect.bisect_left(bucket, old[1:])]
+            key = old[:2]
+            bucket = self._buckets[key]
+            del bucket[pool]
             if not bucket:
-                del self._buckets[old[0]]
-                del self._values[bisect.bisect_left(self._values, old[0])]
+                del self._buckets[key]
+                self._keys.remove(key)
         if value > 0:
             self._seq += 1
             self._where[pool] = (value, pool.mem_free, self._seq)
-            into = self._buckets.get(value)
+            key = (value, pool.mem_free)
+            into = self._buckets.get(key)
             if into is None:
-                into = self._buckets[value] = []
-                bisect.insort(self._values, value)
-            bisect.insort(into, (pool.mem_free, self._seq, pool))
+                into = self._buckets[key] = {}
+                self._keys.add(key)
+            into[pool] = None
             if value > self.top:
                 self.top = value
 
     def fitting(self, need: int, mib: int) -> Iterator[Pool]:
         """Devices of balanced value >= ``need`` with >= ``mib`` MiB free
         at value ``need``: best fit first."""
-        values = self._values
-        start = bisect.bisect_left(values, need)
-        if start == len(values):
-            return
+        keys = self._keys
         buckets = self._buckets
-        for value in values[start:]:
-            bucket = buckets[value]
-            if value == need:
-                for entry in itertools.islice(
-                        bucket, bisect.bisect_left(bucket, (mib,)), None):
-                    yield entry[2]
-            else:
-                for entry in bucket:
-                    yield entry[2]
+        for key in keys.islice(keys.bisect_left((need, mib))):
+            yield from buckets[key]
 
     def largest(self) -> int:
         """The largest balanced value now indexed (0 when empty)."""
-        return self._values[-1] if self._values else 0
+        return int(self._keys[-1][0]) if self._keys else 0
 
     def __len__(self) -> int:
         return len(self._where)

@@ -460,3 +460,40 @@ class TestCollectorPause(testtools.TestCase):
         self.addCleanup(gc.enable)
         av_planner.Planner(utils.conf(), hosts).plan([])
         self.assertFalse(gc.isenabled())
+
+
+class TestPoolIndex(testtools.TestCase):
+
+    class _Device:
+        def __init__(self, name: str, mem_free: int) -> None:
+            self.name = name
+            self.mem_free = mem_free
+
+        def __repr__(self) -> str:
+            return self.name
+
+    def test_best_fit_then_memory_then_least_recently_changed(self):
+        from amdgpu_virt.policy import state
+        index = state.PoolIndex()
+        a, b, c, d = (self._Device(n, 8192) for n in 'abcd')
+        for device in (a, b, c, d):
+            index.put(device, 38)   # one bucket: in the order put
+        self.assertEqual([a, b, c, d], list(index.fitting(38, 8192)))
+        a.mem_free = 4096
+        index.put(a, 20)            # fuller: first for a small request
+        index.put(b, 38)            # unchanged: keeps its place
+        c.mem_free = 8192
+        index.put(c, 38)
+        self.assertEqual([a, b, c, d], list(index.fitting(1, 0)))
+        self.assertEqual([b, c, d], list(index.fitting(20, 8192)))
+        self.assertEqual([b, c, d], list(index.fitting(21, 0)))
+        d.mem_free = 2048
+        index.put(d, 38)            # changed: after the others of 38
+        self.assertEqual([d, b, c], list(index.fitting(38, 0)))
+        self.assertEqual([b, c], list(index.fitting(38, 4096)))
+        index.put(b, 0)             # taken out (at the slice cap)
+        index.put(c, 0)
+        index.put(d, 0)
+        self.assertEqual([a], list(index.fitting(1, 0)))
+        self.assertEqual((20, 1), (index.largest(), len(index)))
+        self.assertEqual([], list(index.fitting(21, 0)))
