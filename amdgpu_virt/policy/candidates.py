@@ -267,7 +267,7 @@ class CandidateSearch(FleetState):
                    ) -> st.Pool | None:
         """The shared device a CU slice of ``w`` goes to, among the first
         that fit it (best fit first: least balanced room, then least
-        memory; :meth:`_window` long).
+        memory).
 
         With ``[policy] packing`` the first :data:`SCORE_WINDOW` are
         compared as :func:`packing.best` compares them, by the
@@ -281,10 +281,6 @@ class CandidateSearch(FleetState):
             return window[0] if window else None
         return min(window, key=lambda pool: self._packing_key(
             score, w, pool))
-
-    def _window(self) -> int:
-        """How many fitting devices :meth:`_pick_pool` compares."""
-        return 1 if self.packing is None else SCORE_WINDOW
 
     def _packing_key(self, score: packing.Score, w: Workload,
                      pool: st.Pool) -> tuple[float, float]:
@@ -399,7 +395,8 @@ class CandidateSearch(FleetState):
             # filters may refuse it (what _select would say for one GPU)
             refusal = self.engine.gpu_refusal if self.checks_gpus else None
             window: list[st.Pool] = []
-            size = self._window()
+            # how many fitting devices _pick_pool compares
+            size = 1 if self.packing is None else SCORE_WINDOW
             for pool in index.fitting(need, mib) if index else ():
                 if pool.fits(cus, mib) and (
                         refusal is None

@@ -351,8 +351,6 @@ class PoolIndex:
         self._keys: SortedList = SortedList()
         self._where: dict[Pool, tuple[int, int, int]] = {}
         self._seq = 0
-        #: the largest balanced value ever indexed
-        self.top = 0
 
     def put(self, pool: Pool, value: int) -> None:
         """Index ``pool`` at balanced ``value`` (0: not at all); a device
@@ -377,8 +375,6 @@ class PoolIndex:
                 into = self._buckets[key] = {}
                 self._keys.add(key)
             into[pool] = None
-            if value > self.top:
-                self.top = value
 
     def fitting(self, need: int, mib: int) -> Iterator[Pool]:
         """Devices of balanced value >= ``need`` with >= ``mib`` MiB free
