@@ -251,15 +251,19 @@ class ClusterCache:
         for key, entry in listing:
             if entry is None:
                 others.add(key)
+                continue
+            earlier = pods.get(key)
+            if earlier is not None:
+                # listed twice (no API server does): the last one counts
+                _drop(by_node, earlier.node, key)
+            pods[key] = entry
+            node = entry.node
+            placed[key] = node
+            keys = by_node.get(node)
+            if keys is None:
+                by_node[node] = {key}
             else:
-                pods[key] = entry
-                node = entry.node
-                placed[key] = node
-                keys = by_node.get(node)
-                if keys is None:
-                    by_node[node] = {key}
-                else:
-                    keys.add(key)
+                keys.add(key)
         with self.lock:
             self._pods = pods
             reserved = self._reserved
@@ -274,10 +278,7 @@ class ClusterCache:
                 listed = pods.get(key)
                 if listed is not None:
                     del placed[key]
-                    keys = by_node[listed.node]
-                    keys.discard(key)
-                    if not keys:
-                        del by_node[listed.node]
+                    _drop(by_node, listed.node, key)
                 if reservation.node is not None:
                     placed[key] = reservation.node
                     by_node.setdefault(reservation.node, set()).add(key)
@@ -504,3 +505,12 @@ class ClusterCache:
         """The node pod ``key`` holds GPUs on (reserved or seen)."""
         with self.lock:
             return self._placed.get(key)
+
+
+def _drop(by_node: dict[str, set[str]], node: str, key: str) -> None:
+    """Take ``key`` out of ``node``'s pods (and the node out when it has
+    none left)."""
+    keys = by_node[node]
+    keys.discard(key)
+    if not keys:
+        del by_node[node]

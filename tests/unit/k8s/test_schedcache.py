@@ -154,6 +154,18 @@ class CacheTest(testtools.TestCase):
         self.assertEqual(30, self.cache.view('n2').gpus[0].used_cores)
         self.assertEqual(0, self.cache.view('n1').gpus[0].used_cores)
 
+    def test_a_pod_listed_twice_counts_once_where_it_was_listed_last(
+            self) -> None:
+        self.cache.set_node(node('n2', [device('h0')]))
+        first = schedcache.decode_pod(gpu_pod('b', 'n1', 'g0,AMD,10,30:;'))
+        last = schedcache.decode_pod(gpu_pod('b', 'n2', 'h0,AMD,10,20:;'))
+        assert first is not None and last is not None
+        self.cache.load_pods([('ns/b', first), ('ns/b', last)], 4)
+        self.assertEqual('n2', self.cache.placement('ns/b'))
+        self.assertEqual({'n2': {'ns/b'}}, self.cache._by_node)
+        self.assertEqual(0, self.cache.view('n1').gpus[0].used_cores)
+        self.assertEqual(20, self.cache.view('n2').gpus[0].used_cores)
+
     def test_node_events(self) -> None:
         self.cache.set_node(node('n2', [device('h0')]))
         self.assertEqual(2, self.cache.node_count())
