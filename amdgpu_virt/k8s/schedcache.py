@@ -159,7 +159,7 @@ class ClusterCache:
         """Move ``key`` to the node of its effective placement."""
         old = self._placed.pop(key, None)
         if old is not None:
-            self._by_node.get(old, set()).discard(key)
+            _drop(self._by_node, old, key)
             self._dirty.add(old)
         node = self._effective(key)[0]
         if node is not None:
@@ -510,7 +510,8 @@ class ClusterCache:
 def _drop(by_node: dict[str, set[str]], node: str, key: str) -> None:
     """Take ``key`` out of ``node``'s pods (and the node out when it has
     none left)."""
-    keys = by_node[node]
-    keys.discard(key)
-    if not keys:
-        del by_node[node]
+    keys = by_node.get(node)
+    if keys is not None:
+        keys.discard(key)
+        if not keys:
+            del by_node[node]

@@ -151,6 +151,8 @@ class CacheTest(testtools.TestCase):
         self.assertEqual(182, self.cache.view('n1').gpus[0].used_cores)
         self.cache.cancel('ns/b')
         self.assertEqual('n2', self.cache.placement('ns/b'))
+        # the same after the reservation's end, key by key
+        self.assertEqual({'n2': {'ns/b'}}, self.cache._by_node)
         self.assertEqual(30, self.cache.view('n2').gpus[0].used_cores)
         self.assertEqual(0, self.cache.view('n1').gpus[0].used_cores)
 
