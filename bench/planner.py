@@ -9,15 +9,20 @@ and how close the plan comes to the capacity bound.
     python bench/planner.py --hosts 50 --workloads 1000
     python bench/planner.py --hosts 1000 --workloads 31000 --improve 10
     python bench/planner.py --scale 1000,2000,5000,10000   # time, memory
+    python bench/planner.py --hosts 10000 --workloads 200000 --phases
 
 ``--improve`` plans again with the improvement pass and prints both;
 ``--scale`` runs each size in its own process (so each peak RSS is that
-size's) and prints the log-log slope of the plan time.
+size's) and prints the log-log slope of the plan time; ``--phases`` plans
+once more with a timer around each part of the planner and prints where
+the time went.
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
+import contextlib
 import json
 import math
 import random
@@ -28,7 +33,10 @@ import time
 
 from amdgpu_virt import conf as av_conf
 from amdgpu_virt.inventory import simulate
+from amdgpu_virt.policy import candidates
+from amdgpu_virt.policy import engine
 from amdgpu_virt.policy import planner
+from amdgpu_virt.policy import report as av_report
 from amdgpu_virt.policy.workload import Platform
 from amdgpu_virt.policy.workload import Sensitivity
 from amdgpu_virt.policy.workload import Tenancy
@@ -41,6 +49,21 @@ HOST_MIX = (
     (0.15, 'MI300X', 'cpx', 'nps4'),
     (0.10, 'MI210', 'spx', 'nps1'),
     (0.05, 'MI300X', 'vfio', 'nps1'),
+)
+
+
+#: the parts of a plan --phases times: (part, owner, attribute)
+PHASES = (
+    ('build the fleet state', planner.Planner, '_build'),
+    ('judge (filters)', engine.Engine, 'judge'),
+    ('search', candidates.CandidateSearch, '_dedicated'),
+    ('search', candidates.CandidateSearch, '_vf'),
+    ('search', candidates.CandidateSearch, '_cu'),
+    ('rank (weighers)', planner.Planner, '_rank'),
+    ('commit', planner.Planner, '_commit'),
+    ('bound', planner.Planner, 'bound'),
+    ('GPU reports', av_report, 'gpu_reports'),
+    ('ledger', av_report, 'ledger_of'),
 )
 
 
@@ -148,6 +171,59 @@ def run(hosts: int, gpus: int, workloads: int, seed: int,
     return result
 
 
+@contextlib.contextmanager
+def timed_phases():
+    """Wall seconds and calls per part of :data:`PHASES` while inside
+    (each part's attribute wrapped by a timer, put back after)."""
+    seconds: collections.Counter = collections.Counter()
+    calls: collections.Counter = collections.Counter()
+    saved = []
+    for part, owner, name in PHASES:
+        original = owner.__dict__[name]
+        saved.append((owner, name, original))
+
+        def timed(*args, _part=part, _call=original, **kwargs):
+            start = time.perf_counter()
+            try:
+                return _call(*args, **kwargs)
+            finally:
+                seconds[_part] += time.perf_counter() - start
+                calls[_part] += 1
+        setattr(owner, name, timed)
+    try:
+        yield seconds, calls
+    finally:
+        for owner, name, original in saved:
+            setattr(owner, name, original)
+
+
+def phases(hosts: int, gpus: int, workloads: int, seed: int) -> None:
+    """Plan once (greedy) with :func:`timed_phases` and print the parts."""
+    fleet = make_fleet(hosts, gpus, seed)
+    items = make_workloads(workloads, seed + 1)
+    conf = av_conf.new_conf()
+    conf.set_override('improve_seconds', 0.0, 'policy')
+    with timed_phases() as (seconds, calls):
+        w0, c0 = time.perf_counter(), time.process_time()
+        planner.plan(conf, fleet, items)
+        wall, cpu = time.perf_counter() - w0, time.process_time() - c0
+    print('%d hosts, %d workloads: plan %.2f s wall, %.2f s CPU, with a '
+          'timer around each part (%d timed calls)'
+          % (hosts, workloads, wall, cpu, sum(calls.values())))
+    parts = list(dict.fromkeys(part for part, _o, _n in PHASES))
+    for part in parts:
+        print('  %-22s %7.2f s %5.1f %% %9d calls %7.2f us a call' % (
+            part, seconds[part], 100 * seconds[part] / wall, calls[part],
+            1e6 * seconds[part] / max(1, calls[part])))
+    rest = wall - sum(seconds.values())
+    print('  %-22s %7.2f s %5.1f %% (the order, the candidate caches, the '
+          'decisions and their trails, the timers)'
+          % ('the rest', rest, 100 * rest / wall))
+    print('  without the searches: %.2f s (%.1f us a workload)'
+          % (wall - seconds['search'],
+             1e6 * (wall - seconds['search']) / max(1, workloads)))
+
+
 def report(r: dict) -> None:
     g = r['greedy']
     print('fleet: %d hosts, %d GPUs; %d workloads (built in %.2f s)'
@@ -245,7 +321,14 @@ def main(argv: list[str] | None = None) -> int:
                         help='workloads per host for --scale (default 20)')
     parser.add_argument('--json', action='store_true',
                         help='print the figures as JSON')
+    parser.add_argument('--phases', action='store_true',
+                        help='plan once (greedy) with a timer around each '
+                             'part of the planner and print where the time '
+                             'went')
     args = parser.parse_args(argv)
+    if args.phases:
+        phases(args.hosts, args.gpus, args.workloads, args.seed)
+        return 0
     if args.scale:
         scale([int(x) for x in args.scale.split(',')], args.per_host, args)
         return 0

@@ -62,49 +62,23 @@ def bound(state: FleetState, fleet: FleetShape,
     pod_keys = {key for key in rooms
                 if class_ok(state, Kind.CU, pod, key[1])}
     cache: dict[Any, tuple[float, dict[Kind, float], bool]] = {}
+    #: feasible workloads per shape (their footprints per kind are the
+    #: shape's, and only sorted: added once per shape at the end)
+    counts: dict[Any, int] = {}
     for w in workloads:
         shape = w.shape()
-        if shape in cache:
-            best, per_kind, inner = cache[shape]
-            if best < math.inf:
-                feet.append((best, w.priority))
-                restricted.append(inner)
-                for kind, foot in per_kind.items():
-                    kind_feet[kind].append(foot)
-            continue
-        judgement = state.engine.judge(w, state.options)
-        best = math.inf
-        per_kind = {}
-        used: set[tuple[str, str]] = set()
-        cache[shape] = (best, per_kind, False)
-        if not judgement.allowed or explain.never_reasons(
-                state, fleet, w, judgement)[0]:
-            continue
-        for option in judgement.allowed:
-            if option.kind is Kind.VF:
-                foot = w.gpus / (option.vf_count or 1)
-            elif option.kind is Kind.CU:
-                foot = w.gpus * w.fraction_on(option.model)
-            else:
-                foot = float(w.gpus)
-            for key, room in rooms.items():
-                if key[0] != option.model.name or not class_ok(state,
-                        option.kind, w, key[1]):
-                    continue
-                if (option.kind, key) not in counted:
-                    counted.add((option.kind, key))
-                    kind_rooms[option.kind] += room
-                used.add(key)
-                best = min(best, foot)
-                per_kind[option.kind] = min(
-                    per_kind.get(option.kind, math.inf), foot)
-        inner = bool(used) and used <= pod_keys != set(rooms)
-        cache[shape] = (best, per_kind, inner)
+        found = cache.get(shape)
+        if found is None:
+            found = cache[shape] = _footprint(state, fleet, w, rooms,
+                                              counted, kind_rooms, pod_keys)
+        best, _per_kind, inner = found
         if best < math.inf:
             feet.append((best, w.priority))
             restricted.append(inner)
-            for kind, foot in per_kind.items():
-                kind_feet[kind].append(foot)
+            counts[shape] = counts.get(shape, 0) + 1
+    for shape, count in counts.items():
+        for kind, foot in cache[shape][1].items():
+            kind_feet[kind].extend([foot] * count)
     total = sum(max(0.0, r) for r in rooms.values())
     pod_room = sum(max(0.0, rooms[k]) for k in pod_keys)
     inside = [f for f, r in zip(feet, restricted, strict=True) if r]
@@ -122,6 +96,45 @@ def bound(state: FleetState, fleet: FleetShape,
                  sum(f for f, _p in feet), total)
 
 
+def _footprint(state: FleetState, fleet: FleetShape, w: Workload,
+               rooms: dict[tuple[str, str], float],
+               counted: set[tuple[Kind, tuple[str, str]]],
+               kind_rooms: dict[Kind, float],
+               pod_keys: set[tuple[str, str]]
+               ) -> tuple[float, dict[Kind, float], bool]:
+    """(smallest footprint, smallest per kind, whether it may only use
+    ``pod_keys``) of the shape of ``w``; adds the rooms of the GPU
+    classes a kind may use to ``kind_rooms``, each (kind, class) once
+    (``counted``)."""
+    best = math.inf
+    per_kind: dict[Kind, float] = {}
+    judgement = state.engine.judge(w, state.options)
+    if not judgement.allowed or explain.never_reasons(
+            state, fleet, w, judgement)[0]:
+        return best, per_kind, False
+    used: set[tuple[str, str]] = set()
+    for option in judgement.allowed:
+        if option.kind is Kind.VF:
+            foot = w.gpus / (option.vf_count or 1)
+        elif option.kind is Kind.CU:
+            foot = w.gpus * w.fraction_on(option.model)
+        else:
+            foot = float(w.gpus)
+        for key, room in rooms.items():
+            if key[0] != option.model.name or not class_ok(state,
+                    option.kind, w, key[1]):
+                continue
+            if (option.kind, key) not in counted:
+                counted.add((option.kind, key))
+                kind_rooms[option.kind] += room
+            used.add(key)
+            best = min(best, foot)
+            per_kind[option.kind] = min(
+                per_kind.get(option.kind, math.inf), foot)
+    inner = bool(used) and used <= pod_keys != set(rooms)
+    return best, per_kind, inner
+
+
 def class_ok(state: FleetState, kind: Kind, w: Workload,
              family_key: str) -> bool:
     """May ``kind`` for ``w`` use GPUs of a host of ``family_key``?"""
@@ -134,8 +147,14 @@ def class_ok(state: FleetState, kind: Kind, w: Workload,
 def _knapsack(items: Sequence[tuple[float, int]], room: float) -> float:
     """Fractional knapsack of (footprint, priority) items in ``room``."""
     total = 0.0
+    # the ratio once per distinct item (a plan has few), each item's
+    # looked up in C: the same stable order as a key function per item
+    ratios: dict[tuple[float, int], float] = {}
+    for item in items:
+        if item not in ratios:
+            ratios[item] = -item[1] / max(item[0], 1e-9)
     for foot, prio in sorted((i for i in items if i[1] > 0),
-                             key=lambda i: -i[1] / max(i[0], 1e-9)):
+                             key=ratios.__getitem__):
         if room <= 0:
             break
         take = min(1.0, room / foot) if foot > 0 else 1.0

@@ -45,58 +45,73 @@ def gpu_reports(state: FleetState, decisions: Sequence[Decision]
             for address in (grants[0].address,) if len(grants) == 1 \
                     else d.gpus:
                 on_host.setdefault(address, []).append(d)
+    nobody: list[Decision] = []
+    #: the mode's text per (role, VF count, compute mode, memory mode)
+    modes: dict[tuple[object, ...], str] = {}
     reports = []
     for gs in state.gpus:
         role = gs.role or Role.IDLE
-        held = users.get(gs.host.name, {}).get(gs.address, [])
+        address = gs.address
+        placed_here = users.get(gs.host.name)
+        held = placed_here.get(address, nobody) if placed_here else nobody
+        cus = gs.cus or 1
+        vram = gs.vram or 1
         demand = 0.0
         for d in held:
             for g in d.grants:
-                if g.address == gs.address:
-                    demand += max(g.compute_units / (gs.cus or 1),
-                                  g.memory_mib / (gs.vram or 1))
-        demand = min(1.0, demand)
+                if g.address == address:
+                    demand += max(g.compute_units / cus, g.memory_mib / vram)
+        if demand > 1.0:
+            demand = 1.0
+        mode_key = (role, gs.vf_count, gs.compute_mode, gs.memory_mode)
+        mode = modes.get(mode_key)
+        if mode is None:
+            mode = modes[mode_key] = _mode(role, gs.vf_count or 0,
+                                           gs.compute_mode, gs.memory_mode)
+        vf_owners: tuple[str | None, ...] = ()
         if role is Role.NOVA_VF:
             vf_count = gs.vf_count or 0
-            mode = '%d VF%s (%s)' % (vf_count, 's' * (vf_count != 1),
-                                     catalog.VF_COUNT_MODES.get(
-                                         vf_count, '?'))
             granted = len(gs.vf_owners) / max(1, vf_count)
+            vf_owners = tuple(map(gs.vf_owners.get, range(vf_count)))
         elif role is Role.K8S_SHARED:
-            mode = '/'.join(x for x in (gs.compute_mode, gs.memory_mode)
-                            if x) or 'shared'
             granted = max(
-                sum(p.alloc.used_count for p in gs.pools) / (gs.cus or 1),
-                sum(p.mem_total - p.mem_free for p in gs.pools)
-                / (gs.vram or 1))
-        elif role is Role.NOVA_DEDICATED:
-            mode = 'vfio-pci'
-            granted = 1.0 if gs.owner else 0.0
-        elif role is Role.K8S_DEDICATED:
-            mode = '/'.join(x for x in (gs.compute_mode, gs.memory_mode)
-                            if x) or 'amdgpu'
+                sum(p.alloc.used_count for p in gs.pools) / cus,
+                sum(p.mem_total - p.mem_free for p in gs.pools) / vram)
+        elif role is Role.NOVA_DEDICATED or role is Role.K8S_DEDICATED:
             granted = 1.0 if gs.owner else 0.0
         else:
-            mode = '-'
             granted = 0.0
         cu_owners = []
         for pool in gs.pools:
-            alloc = pool.alloc
-            for owner, mask in alloc.owner_masks():
+            for owner, mask in pool.alloc.owner_masks():
                 for start, length in cu_allocator.runs(mask):
                     cu_owners.append((owner, pool.partition, start,
                                       length))
+        if not held:
+            used_by: tuple[str, ...] = ()
+        elif len(held) == 1:
+            used_by = (held[0].workload,)
+        else:
+            used_by = tuple(sorted({d.workload for d in held}))
+        # positional: the keywords cost a third more, once per GPU
         reports.append(GpuReport(
-            host=gs.host.name, address=gs.address, model=gs.model.name,
-            role=role, mode=mode,
-            used_by=tuple(sorted({d.workload for d in held})),
-            cus=gs.cus, vram_mib=gs.vram, demand=demand,
-            granted=min(1.0, granted),
-            vf_owners=tuple(gs.vf_owners.get(i)
-                            for i in range(gs.vf_count or 0))
-            if role is Role.NOVA_VF else (),
-            cu_owners=tuple(cu_owners),
-            partitions=tuple((p.partition, p.alloc.total)
-                             for p in gs.pools),
-            unverified=gs.unverified, fixed=gs.fixed))
+            gs.host.name, address, gs.model.name, role, mode, used_by,
+            gs.cus, gs.vram, demand, min(1.0, granted), vf_owners,
+            tuple(cu_owners),
+            tuple((p.partition, p.alloc.total) for p in gs.pools)
+            if gs.pools else (), gs.unverified, gs.fixed))
     return tuple(reports)
+
+
+def _mode(role: Role, vf_count: int, compute_mode: str | None,
+          memory_mode: str | None) -> str:
+    """The text of a GPU's mode in its report."""
+    if role is Role.NOVA_VF:
+        return '%d VF%s (%s)' % (vf_count, 's' * (vf_count != 1),
+                                 catalog.VF_COUNT_MODES.get(vf_count, '?'))
+    if role is Role.K8S_SHARED or role is Role.K8S_DEDICATED:
+        return '/'.join(x for x in (compute_mode, memory_mode) if x) or (
+            'shared' if role is Role.K8S_SHARED else 'amdgpu')
+    if role is Role.NOVA_DEDICATED:
+        return 'vfio-pci'
+    return '-'

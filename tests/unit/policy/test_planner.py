@@ -428,6 +428,55 @@ class TestBound(testtools.TestCase):
         self.assertEqual(2, plan.summary()['placed'])
 
 
+class TestGpuReports(testtools.TestCase):
+    """One report per GPU: what each role's figures say."""
+
+    def test_each_role_reports_its_mode_users_and_use(self):
+        hosts = [utils.host('gim', 'gim-cpx', gpus=1),
+                 utils.host('bm', 'spx', gpus=3),
+                 utils.host('pt', 'vfio', gpus=1)]
+        plan = utils.plan(hosts, [
+            Workload('vm-small', Platform.VM, memory_mib=8192, cus=19),
+            Workload('vm-whole', Platform.VM, Tenancy.ISOLATED),
+            Workload('pod-a', Platform.POD, Tenancy.TRUSTED, percent=25,
+                     memory_mib=16 * 1024),
+            Workload('pod-b', Platform.POD, Tenancy.TRUSTED, percent=10,
+                     memory_mib=16 * 1024),
+            Workload('pod-iso', Platform.POD, Tenancy.ISOLATED, percent=40,
+                     memory_mib=64 * 1024, sensitivity=Sensitivity.LOW)])
+        by_role = {}
+        for report in plan.gpus:
+            by_role.setdefault(report.role, []).append(report)
+        self.assertEqual(len(plan.gpus), 5)
+        vf, = by_role[Role.NOVA_VF]
+        self.assertEqual('8 VFs (CPX)', vf.mode)
+        self.assertEqual(('vm-small',) + (None,) * 7, vf.vf_owners)
+        # one VF of eight given; the VM asks 19 of 304 CUs, 8 of 192 GiB
+        self.assertEqual((0.125, 19 / 304), (vf.granted, vf.demand))
+        shared, = by_role[Role.K8S_SHARED]
+        self.assertEqual('SPX/NPS1', shared.mode)
+        self.assertEqual(('pod-a', 'pod-b'), shared.used_by)
+        # 76 + 30 CUs in two runs, one after the other
+        self.assertEqual((('pod-a', None, 0, 76), ('pod-b', None, 76, 30)),
+                         shared.cu_owners)
+        self.assertEqual(((None, 304),), shared.partitions)
+        # granted: the CUs in use; demand: summed per grant
+        self.assertEqual((106 / 304, 76 / 304 + 30 / 304),
+                         (shared.granted, shared.demand))
+        dedicated, = by_role[Role.K8S_DEDICATED]
+        self.assertEqual(('SPX/NPS1', ('pod-iso',), 1.0),
+                         (dedicated.mode, dedicated.used_by,
+                          dedicated.granted))
+        passthrough, = by_role[Role.NOVA_DEDICATED]
+        self.assertEqual(('vfio-pci', ('vm-whole',), 1.0, 1.0),
+                         (passthrough.mode, passthrough.used_by,
+                          passthrough.granted, passthrough.demand))
+        idle, = by_role[Role.IDLE]
+        self.assertEqual(('-', (), 0.0, 0.0, (), ()),
+                         (idle.mode, idle.used_by, idle.granted,
+                          idle.demand, idle.cu_owners, idle.partitions))
+
+
 class TestFastConstructors(testtools.TestCase):
 
     def test_they_make_the_same_instances(self):
