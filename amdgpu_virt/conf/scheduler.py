@@ -199,7 +199,9 @@ scheduler_opts: list[cfg.Opt] = [
         'record_sweep_interval', default=120.0, min=1.0, max=3600.0,
         help='Seconds between two sweeps of the allocation records that '
              'remove the bookings of pods that are gone, finished, or '
-             'unbound for longer than node_lock_timeout.\n\n'
+             'unbound for longer than node_lock_timeout, and the bookings '
+             'of an unbound pod older than its current one (on the node '
+             'its hami.io/vgpu-node annotation names).\n\n'
              'Possible values:\n\n'
              '* 1 to 3600\n\n'
              'Related options:\n\n'

@@ -395,20 +395,28 @@ DONE_PHASES = ('Succeeded', 'Failed')
 
 
 def prune(record: Record, live: Mapping[str, str], now: int,
-          unbound_ttl: int) -> Record:
+          unbound_ttl: int, newest: Mapping[str, int] | None = None
+          ) -> Record:
     """The record without the pods that hold nothing any more.
 
     :param live: node name (``''`` unbound) of every live pod by UID
         (listed after the record was read).
     :param unbound_ttl: seconds a booked pod may stay unbound (a
         scheduler that died between filter and bind).
+    :param newest: per unbound pod, the time of its current booking
+        (on another node, see :mod:`amdgpu_virt.k8s.recordgc`): a booking
+        of the pod older than that goes at once (the pod was booked again
+        since, and the removal of this one was lost), not after
+        ``unbound_ttl``. One of the same second or newer stays.
     """
     keep = {}
     for uid, grants in record.pods.items():
         node = live.get(uid)
         if node is None or node and node != record.node:
             continue
-        if not node and now - grants.time > unbound_ttl:
+        if not node and (now - grants.time > unbound_ttl or (
+                newest is not None
+                and grants.time < newest.get(uid, grants.time))):
             continue
         keep[uid] = grants
     if len(keep) == len(record.pods):

@@ -6,7 +6,17 @@ GPUs. :class:`Collector` removes a pod's booking as soon as the pod watch
 reports it deleted or finished, and sweeps every record every
 ``interval`` seconds (:func:`amdgpu_virt.k8s.allocrecord.prune`): read
 the records first, then list the pods, so that a pod booked meanwhile
-(always created before it is booked) is listed. Writes carry the
+(always created before it is booked) is listed. A sweep also removes the
+bookings of an unbound pod that are older than its current one (a filter
+booked it again elsewhere and the removal of the earlier booking was
+lost, say an extender killed in between), instead of leaving them until
+``unbound_ttl``. The current booking is the one on the node the pod's
+mirror annotation (``hami.io/vgpu-node``, written after the booking)
+names, held by that node's record: the annotation only chooses among the
+pod's own bookings, and a booking older than that one (by the record's
+time) cannot be bound any more. A booking made since (a filter under way,
+its mirror not written yet) is newer and stays, and so does every
+booking when clocks disagree about which is older. Writes carry the
 record's ``resourceVersion``; several extenders may collect at once.
 """
 
@@ -30,16 +40,40 @@ from amdgpu_virt.sharing import hami
 LOG = logging.getLogger(__name__)
 
 
-def _live(items: list[Mapping[str, Any]]) -> dict[str, str]:
+def _live(items: list[Mapping[str, Any]]
+          ) -> tuple[dict[str, str], dict[str, str]]:
+    """(node name, ``''`` unbound, of every live pod by UID; the node the
+    mirror annotation of each unbound one names)."""
     live = {}
+    mirrored = {}
     for pod in items:
         meta = pod.get('metadata') or {}
         uid = meta.get('uid')
         if not isinstance(uid, str) or (pod.get('status') or {}).get(
                 'phase') in allocrecord.DONE_PHASES:
             continue
-        live[uid] = str((pod.get('spec') or {}).get('nodeName') or '')
-    return live
+        node = str((pod.get('spec') or {}).get('nodeName') or '')
+        live[uid] = node
+        annotations = meta.get('annotations')
+        if not node and isinstance(annotations, Mapping):
+            named = annotations.get(hami.VGPU_NODE)
+            if isinstance(named, str) and named:
+                mirrored[uid] = named
+    return live, mirrored
+
+
+def _newest(records: Mapping[str, allocrecord.Record],
+            mirrored: Mapping[str, str]) -> dict[str, int]:
+    """Per unbound pod, the time of its booking in the record (of
+    ``records``, by node) of the node its mirror names, where that record
+    holds it."""
+    newest: dict[str, int] = {}
+    for uid, node in mirrored.items():
+        record = records.get(node)
+        grants = record.pods.get(uid) if record is not None else None
+        if grants is not None:
+            newest[uid] = grants.time
+    return newest
 
 
 class Collector:
@@ -114,28 +148,32 @@ class Collector:
             before[node] = self.records.read(node)[0]
         response = pods.call('LIST pods', self.api.list_pod_for_all_namespaces,
                              _preload_content=False)
-        live = _live(json.loads(response.data).get('items') or [])
+        live, mirrored = _live(json.loads(response.data).get('items') or [])
         now = int(time.time())
+        newest = _newest(before, mirrored)
         removed = 0
         for node, record in before.items():
-            if allocrecord.prune(record, live, now, self.unbound_ttl) \
-                    is record:
+            if allocrecord.prune(record, live, now, self.unbound_ttl,
+                                 newest) is record:
                 continue
             new = self.records.update(node, functools.partial(
                 self._prune, seen=frozenset(record.pods), live=live,
-                now=now))
+                now=now, newest=newest))
             removed += len(set(record.pods) - set(new.pods))
         self.removed += removed
         return removed
 
     def _prune(self, current: allocrecord.Record, seen: frozenset[str],
-               live: Mapping[str, str], now: int) -> allocrecord.Record:
-        # what was booked after the pods were listed is kept
+               live: Mapping[str, str], now: int,
+               newest: Mapping[str, int]) -> allocrecord.Record:
+        # what was booked after the pods were listed is kept (a booking
+        # made again since the records were read is at least as new)
         known = dict(live)
         for uid in current.pods:
             if uid not in seen:
                 known.setdefault(uid, '')
-        return allocrecord.prune(current, known, now, self.unbound_ttl)
+        return allocrecord.prune(current, known, now, self.unbound_ttl,
+                                 newest)
 
     # threads
     def start(self) -> Collector:

@@ -88,6 +88,23 @@ class BookTest(testtools.TestCase):
             record, {'uid-a': 'n2', 'uid-b': ''}, 8, 100).pods))
         self.assertEqual({}, dict(allocrecord.prune(record, {}, 8, 100).pods))
 
+    def test_prune_drops_an_unbound_booking_older_than_the_current(
+            self) -> None:
+        # both booked at 7; uid-b unbound, its current booking elsewhere
+        record = _book(allocrecord.Record('n1'), 'a', (_dev('g0', 1, 1),))
+        record = _book(record, 'b', (_dev('g0', 1, 1),))
+        live = {'uid-a': '', 'uid-b': ''}
+        self.assertEqual({'uid-a'}, set(allocrecord.prune(
+            record, live, 8, 100, {'uid-b': 8}).pods))
+        # as new or newer: kept until the unbound timeout
+        for when in (7, 6):
+            self.assertIs(record, allocrecord.prune(
+                record, live, 8, 100, {'uid-b': when}))
+        # a bound pod's booking is judged by its node, not by the times
+        self.assertIs(record, allocrecord.prune(
+            record, {'uid-a': 'n1', 'uid-b': 'n1'}, 8, 100,
+            {'uid-a': 9, 'uid-b': 9}))
+
 
 class DecodeTest(testtools.TestCase):
 
