@@ -422,9 +422,10 @@ class CandidateSearch(FleetState):
                 ready = [g for g in shared if self._pool_for(g, cus, mib)
                          ] if most_cus >= cus and most_mib >= mib else []
                 if not ready:
-                    # look at the others first next time (round robin)
+                    # look at the others first next time (round robin;
+                    # only this search reads the order, and it is not
+                    # kept: no kept candidate goes stale)
                     hosts[hostname] = hosts.pop(hostname)
-                    self.cu_version += 1
                     continue
                 spare = [g for g in host.gpus if g.role is None
                          and self._could_share(g, cus, mib)]
@@ -432,7 +433,6 @@ class CandidateSearch(FleetState):
                                      ready + spare, n)
                 if found is None:
                     hosts[hostname] = hosts.pop(hostname)
-                    self.cu_version += 1
                     continue
                 gpus, unv = found
                 convert = tuple(g for g in gpus if g.role is None)
