@@ -171,6 +171,19 @@ def run(hosts: int, gpus: int, workloads: int, seed: int,
     return result
 
 
+def _timer(part, call, seconds, calls):
+    """``call`` with its wall time and count added to ``part``."""
+
+    def timed(*args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return call(*args, **kwargs)
+        finally:
+            seconds[part] += time.perf_counter() - start
+            calls[part] += 1
+    return timed
+
+
 @contextlib.contextmanager
 def timed_phases():
     """Wall seconds and calls per part of :data:`PHASES` while inside
@@ -181,20 +194,31 @@ def timed_phases():
     for part, owner, name in PHASES:
         original = owner.__dict__[name]
         saved.append((owner, name, original))
-
-        def timed(*args, _part=part, _call=original, **kwargs):
-            start = time.perf_counter()
-            try:
-                return _call(*args, **kwargs)
-            finally:
-                seconds[_part] += time.perf_counter() - start
-                calls[_part] += 1
-        setattr(owner, name, timed)
+        setattr(owner, name, _timer(part, original, seconds, calls))
     try:
         yield seconds, calls
     finally:
         for owner, name, original in saved:
             setattr(owner, name, original)
+
+
+def timer_cost(rounds: int = 200000) -> float:
+    """Seconds a timer adds to one call (a call that does nothing, timed
+    and not)."""
+    def nothing():
+        return None
+    timed = _timer('x', nothing, collections.Counter(),
+                   collections.Counter())
+    best = math.inf
+    for _ in range(3):
+        start = time.perf_counter()
+        for _ in range(rounds):
+            timed()
+        middle = time.perf_counter()
+        for _ in range(rounds):
+            nothing()
+        best = min(best, (middle - start) - (time.perf_counter() - middle))
+    return max(0.0, best / rounds)
 
 
 def phases(hosts: int, gpus: int, workloads: int, seed: int) -> None:
@@ -207,9 +231,11 @@ def phases(hosts: int, gpus: int, workloads: int, seed: int) -> None:
         w0, c0 = time.perf_counter(), time.process_time()
         planner.plan(conf, fleet, items)
         wall, cpu = time.perf_counter() - w0, time.process_time() - c0
+    count = sum(calls.values())
+    overhead = count * timer_cost()
     print('%d hosts, %d workloads: plan %.2f s wall, %.2f s CPU, with a '
-          'timer around each part (%d timed calls)'
-          % (hosts, workloads, wall, cpu, sum(calls.values())))
+          'timer around each part (%d timed calls, which add about %.2f s)'
+          % (hosts, workloads, wall, cpu, count, overhead))
     parts = list(dict.fromkeys(part for part, _o, _n in PHASES))
     for part in parts:
         print('  %-22s %7.2f s %5.1f %% %9d calls %7.2f us a call' % (
@@ -219,9 +245,11 @@ def phases(hosts: int, gpus: int, workloads: int, seed: int) -> None:
     print('  %-22s %7.2f s %5.1f %% (the order, the candidate caches, the '
           'decisions and their trails, the timers)'
           % ('the rest', rest, 100 * rest / wall))
-    print('  without the searches: %.2f s (%.1f us a workload)'
-          % (wall - seconds['search'],
-             1e6 * (wall - seconds['search']) / max(1, workloads)))
+    without = wall - seconds['search']
+    print('  without the searches: %.2f s (%.1f us a workload; the timers '
+          'outside the searches add about %.2f s of it)'
+          % (without, 1e6 * without / max(1, workloads),
+             overhead * (1 - calls['search'] / max(1, count))))
 
 
 def report(r: dict) -> None:

@@ -39,3 +39,4 @@ class TestPhases(testtools.TestCase):
         for part in dict.fromkeys(p for p, _o, _n in bench.PHASES):
             self.assertIn(part, text)
         self.assertIn('without the searches', text)
+        self.assertGreater(bench.timer_cost(1000), 0.0)
