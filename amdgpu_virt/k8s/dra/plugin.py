@@ -20,7 +20,9 @@ its spec; an unknown claim unprepares successfully. Both are serialised
 A background loop re-reads the role ledger and the health of the GPUs
 every ``[dra] publish_interval`` seconds, republishes the node's
 ResourceSlices when what it offers changed, sends health to kubelet, and
-serves the sockets again when one was removed.
+serves the sockets again when one was removed. One refresh runs at a time
+(a lock of its own), so a refresh called while the loop's runs waits for
+it and the two never publish at once.
 """
 
 from __future__ import annotations
@@ -217,6 +219,8 @@ class DraPlugin:
         self.registration_error = ''
         self.stopping = threading.Event()
         self._lock = threading.Lock()
+        #: held by :meth:`refresh`
+        self._refreshing = threading.Lock()
         self._dra_server: grpc.Server | None = None
         self._reg_server: grpc.Server | None = None
         self._loop: threading.Thread | None = None
@@ -244,20 +248,24 @@ class DraPlugin:
         self.assignments = ledgermap.host_roles(ledger, self.node)
 
     def refresh(self) -> bool:
-        """Ledger, slices and health, once.
+        """Ledger, slices and health, once; one refresh at a time (a call
+        while the plugin's loop refreshes waits for it, so that two never
+        publish at once: the publisher rewrites the node's slices from
+        what it read).
 
         :returns: True if the slices were rewritten.
         :raises KubernetesError, DraPluginError: publishing failed.
         """
-        self.read_ledger()
-        plan = self._plan()
-        with self._lock:
-            self.plan = plan
-        self.board.update(self.node, dra_health.device_health(
-            plan, self.units, self.health_check))
-        if self.publisher is None:
-            return False
-        return self.publisher.publish(plan, self.memory_step_mib)
+        with self._refreshing:
+            self.read_ledger()
+            plan = self._plan()
+            with self._lock:
+                self.plan = plan
+            self.board.update(self.node, dra_health.device_health(
+                plan, self.units, self.health_check))
+            if self.publisher is None:
+                return False
+            return self.publisher.publish(plan, self.memory_step_mib)
 
     # prepare / unprepare ----------------------------------------------------
     def prepare(self, namespace: str, name: str,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 
 import fixtures
@@ -403,6 +404,45 @@ class TestEndToEnd(testtools.TestCase):
         node.write_ledger([Role.IDLE] * 8)
         node.plugin.refresh()
         self.assertEqual([], node.slices())
+
+    def test_refreshes_do_not_overlap(self):
+        # the loop and a caller of refresh() at once: the publisher reads
+        # the node's slices and writes what differs, so two publishes
+        # interleaved could each write from a stale read
+        node = self.node
+        publisher = node.plugin.publisher
+        publish = publisher.publish
+        inside = []
+        overlaps = []
+
+        def observed(*args, **kwargs):
+            inside.append(1)
+            if len(inside) > 1:
+                overlaps.append(len(inside))
+            time.sleep(0.05)
+            try:
+                return publish(*args, **kwargs)
+            finally:
+                inside.pop()
+        publisher.publish = observed
+        roles = list(ROLES)
+        roles[5] = Role.NOVA_VF
+        node.write_ledger(roles)
+        threads = [threading.Thread(target=node.plugin.refresh)
+                   for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(30)
+        self.assertEqual([], overlaps)
+        # the last word is the ledger's: one generation more, GPU 5 gone
+        objs = node.slices()
+        self.assertEqual({2}, {s['spec']['pool']['generation']
+                               for s in objs})
+        self.assertNotIn(str(node.inventory.gpus[5].address),
+                         {d['attributes']['pciAddress']['string']
+                          for s in objs for d in s['spec'].get('devices',
+                                                              [])})
 
     def test_disabled_feature_gate_withdraws_the_slices(self):
         node = self.node
