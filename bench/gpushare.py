@@ -58,7 +58,7 @@ from typing import Any
 import _timing
 
 from amdgpu_virt.k8s import fit
-from amdgpu_virt.k8s import schedcache
+from amdgpu_virt.k8s.scheduler.cache import cluster as schedcache
 from amdgpu_virt.sharing import hami
 from amdgpu_virt.sharing import packing
 

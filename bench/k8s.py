@@ -30,10 +30,10 @@ from typing import Any
 import grpc
 
 from amdgpu_virt.inventory import simulate
-from amdgpu_virt.k8s import deviceplugin
-from amdgpu_virt.k8s import devices
-from amdgpu_virt.k8s import sharedalloc
-from amdgpu_virt.k8s import webhook
+from amdgpu_virt.k8s.admission import webhook
+from amdgpu_virt.k8s.node import deviceplugin
+from amdgpu_virt.k8s.node import devices
+from amdgpu_virt.k8s.node import sharedalloc
 from amdgpu_virt.k8s.proto.deviceplugin.v1beta1 import api_pb2
 from amdgpu_virt.k8s.proto.deviceplugin.v1beta1 import api_pb2_grpc
 from amdgpu_virt.sharing import hami

@@ -51,10 +51,10 @@ from typing import Any
 
 import _timing
 
-from amdgpu_virt.k8s import extender
 from amdgpu_virt.k8s import fit
-from amdgpu_virt.k8s import schedcache
-from amdgpu_virt.k8s import watching
+from amdgpu_virt.k8s.scheduler import service as extender
+from amdgpu_virt.k8s.scheduler.cache import cluster as schedcache
+from amdgpu_virt.k8s.scheduler.cache import watching
 from amdgpu_virt.sharing import hami
 from amdgpu_virt.sharing import packing
 

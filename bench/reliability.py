@@ -1,12 +1,11 @@
 """Benchmark: the reliability runs of the Kubernetes side, timed.
 
-Runs ``tests/functional/k8s/test_reliability.py`` (two extender processes,
-four kube-scheduler workers and 20 kubelets with their device plugins
-placing seeded pods on 20 nodes of 8 GPUs) with the sizes given, each
-``--runs`` times, and prints per run whether every invariant held, the
-wall time, pods bound, rejected and retried, and the faults the proxy
-injected. The test asserts the invariants and never a time; this prints
-the times.
+Runs ``tests/functional/k8s/scheduler/test_reliability.py`` (two extender
+processes, four kube-scheduler workers and 20 kubelets with their device
+plugins placing seeded pods on 20 nodes of 8 GPUs) with the sizes given, each
+``--runs`` times, and prints per run whether every invariant held, the wall
+time, pods bound, rejected and retried, and the faults the proxy injected. The
+test asserts the invariants and never a time; this prints the times.
 
 Usage::
 
@@ -29,7 +28,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 
 import testtools  # noqa: E402
 
-TEST = 'tests.functional.k8s.test_reliability.ReliabilityTest.%s'
+TEST = 'tests.functional.k8s.scheduler.test_reliability.ReliabilityTest.%s'
 NAMES = {'plain': 'test_many_pods_many_workers',
          'faults': 'test_many_pods_through_api_faults'}
 

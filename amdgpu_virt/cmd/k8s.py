@@ -58,7 +58,7 @@ class DevicePlugin(command.Command):
     """
 
     def take_action(self, parsed_args: argparse.Namespace) -> int:
-        from amdgpu_virt.k8s import deviceplugin
+        from amdgpu_virt.k8s.node import deviceplugin
 
         conf = av_main.app_conf(self.app)
         inventory = inventory_pkg.load_driver(conf).scan()
@@ -79,8 +79,8 @@ class Agent(command.Command):
     """
 
     def take_action(self, parsed_args: argparse.Namespace) -> int:
-        from amdgpu_virt.k8s import agent
-        from amdgpu_virt.k8s import memhook
+        from amdgpu_virt.k8s.node import agent
+        from amdgpu_virt.k8s.node import memhook
 
         conf = av_main.app_conf(self.app)
         inventory = inventory_pkg.load_driver(conf).scan()
@@ -103,7 +103,7 @@ class Webhook(command.Command):
     """
 
     def take_action(self, parsed_args: argparse.Namespace) -> int:
-        from amdgpu_virt.k8s import webhook
+        from amdgpu_virt.k8s.admission import webhook
 
         conf = av_main.app_conf(self.app)
         server = webhook.from_conf(conf)
@@ -130,7 +130,7 @@ class Scheduler(command.Command):
     """
 
     def take_action(self, parsed_args: argparse.Namespace) -> int:
-        from amdgpu_virt.k8s import extender
+        from amdgpu_virt.k8s.scheduler import service as extender
 
         conf = av_main.app_conf(self.app)
         service = extender.Service(conf)

@@ -138,7 +138,7 @@ class Move(command.Command):
                 sides['nova'] = nova_pool.NovaPool(
                     backend, ledger, inventories.of, output_dir)
         if 'k8s' in needed:
-            from amdgpu_virt.k8s import pool as k8s_pool
+            from amdgpu_virt.k8s.pool import side as k8s_pool
             sides['k8s'] = k8s_pool.KubernetesPool(
                 cmd_pool.core_api(self.app), cmd_pool.location(self.app),
                 ledger, dra_driver=av_main.app_conf(self.app).dra.driver_name)

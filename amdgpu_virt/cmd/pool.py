@@ -75,12 +75,12 @@ def _nova_renderer(app: Any) -> pool_apply.NovaRenderer:
 
 
 def core_api(app: Any) -> Any:
-    from amdgpu_virt.k8s import client as k8s_client
+    from amdgpu_virt.k8s.api import client as k8s_client
     return k8s_client.core_api(av_main.app_conf(app))
 
 
 def location(app: Any) -> Any:
-    from amdgpu_virt.k8s import ledgermap
+    from amdgpu_virt.k8s.record import ledgermap
     return ledgermap.Location.from_conf(av_main.app_conf(app))
 
 
@@ -150,7 +150,7 @@ class Apply(command.Command):
         where = (conf.pool.configmap_namespace, conf.pool.configmap_name)
         configmap_text = None
         if pool_apply.has_k8s_roles(ledger) and not parsed_args.host:
-            from amdgpu_virt.k8s import ledgermap
+            from amdgpu_virt.k8s.record import ledgermap
             configmap_text = ledgermap.manifest_text(ledger,
                                                      location(self.app))
         every = (conf.pool.progress_every if parsed_args.progress_every
@@ -188,7 +188,7 @@ class Apply(command.Command):
             'to remove' if parsed_args.dry_run else 'removed',
             '' if report.changed else ' (nothing to do)'))
         if parsed_args.push_configmap and not parsed_args.dry_run:
-            from amdgpu_virt.k8s import ledgermap
+            from amdgpu_virt.k8s.record import ledgermap
             changed = ledgermap.write(core_api(self.app), ledger,
                                       location(self.app))
             out.write('%s %s\n' % ('updated' if changed else 'unchanged',
@@ -241,8 +241,8 @@ def collect(app: Any, ledger: av_ledger.Ledger,
             observations.append(obs)
         warnings += notes
     if k8s:
-        from amdgpu_virt.k8s import ledgermap
-        from amdgpu_virt.k8s import pool as k8s_pool
+        from amdgpu_virt.k8s.pool import side as k8s_pool
+        from amdgpu_virt.k8s.record import ledgermap
         api = core_api(app)
         found, notes = k8s_pool.KubernetesPool(
             api, location(app), ledger,

@@ -98,9 +98,9 @@ def read(app: Any, args: argparse.Namespace, hosts: Sequence[HostInventory],
     holdings: list[running.Holding] = []
     notes: list[str] = []
     if K8S in chosen:
-        from amdgpu_virt.k8s import client as k8s_client
-        from amdgpu_virt.k8s import ledgermap
-        from amdgpu_virt.k8s import running as k8s_running
+        from amdgpu_virt.k8s.api import client as k8s_client
+        from amdgpu_virt.k8s.pool import running as k8s_running
+        from amdgpu_virt.k8s.record import ledgermap
 
         api = k8s_client.core_api(conf)
         if ledger is None:

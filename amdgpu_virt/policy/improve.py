@@ -32,19 +32,18 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, MutableMapping
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from amdgpu_virt.model import Kind
 from amdgpu_virt.model import Role
+from amdgpu_virt.policy import base
+from amdgpu_virt.policy import engine as av_engine
 from amdgpu_virt.policy import state as st
 from amdgpu_virt.policy.decision import Code
 from amdgpu_virt.policy.decision import Decision
 from amdgpu_virt.policy.decision import Trail
 from amdgpu_virt.policy.decision import Verdict
 from amdgpu_virt.policy.workload import Workload
-
-if TYPE_CHECKING:
-    from amdgpu_virt.policy.planner import Planner
 
 LOG = logging.getLogger(__name__)
 #: placements released on one host for one workload, at most
@@ -53,6 +52,31 @@ MAX_VICTIMS = 16
 SCAN_PER_TRY = 16
 KIND_ROLES = {Kind.DEDICATED: (Role.NOVA_DEDICATED, Role.K8S_DEDICATED),
               Kind.VF: (Role.NOVA_VF,), Kind.CU: (Role.K8S_SHARED,)}
+
+
+class Planner(Protocol):
+    """What the pass needs of a planner: its fleet state
+    (:class:`~amdgpu_virt.policy.fleetstate.FleetState`) and its greedy
+    placement (:meth:`amdgpu_virt.policy.planner.Planner.place`)."""
+
+    gpus: list[st.GpuState]
+    engine: av_engine.Engine
+    options: tuple[base.Option, ...]
+    failed: set[Any]
+
+    def role_ok(self, gs: st.GpuState, role: Role) -> tuple[bool, bool]:
+        ...
+
+    def release(self, decision: Decision) -> list[tuple[st.GpuState,
+                                                         Role, Any]]:
+        ...
+
+    def restore(self, decision: Decision,
+                emptied: Sequence[tuple[st.GpuState, Role, Any]]) -> None:
+        ...
+
+    def place(self, w: Workload) -> Decision:
+        ...
 
 
 def improve(planner: Planner, decided: MutableMapping[str, Decision],

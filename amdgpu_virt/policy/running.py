@@ -2,7 +2,7 @@
 
 ``plan --running-from k8s,placement`` plans new workloads around the
 consumers the clouds report instead of around the placements of a state
-file. The adapters (:mod:`amdgpu_virt.k8s.running`,
+file. The adapters (:mod:`amdgpu_virt.k8s.pool.running`,
 :mod:`amdgpu_virt.nova.running`) turn what they read into
 :class:`Holding` values; :func:`placements` turns those into ``existing``
 :class:`~amdgpu_virt.policy.decision.Decision` values the planner keeps,

@@ -17,8 +17,8 @@ from typing import Any
 
 import grpc
 
-from amdgpu_virt.k8s import devices as unit_devices
 from amdgpu_virt.k8s.dra import devices as dra_devices
+from amdgpu_virt.k8s.node import devices as unit_devices
 from amdgpu_virt.k8s.proto.drahealth.v1 import api_pb2 as v1_pb2
 from amdgpu_virt.k8s.proto.drahealth.v1 import api_pb2_grpc as v1_grpc
 from amdgpu_virt.k8s.proto.drahealth.v1alpha1 import api_pb2 as v1a1_pb2

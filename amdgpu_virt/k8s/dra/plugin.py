@@ -40,9 +40,6 @@ import grpc
 from amdgpu_virt import exception
 from amdgpu_virt import ledger as av_ledger
 from amdgpu_virt import model
-from amdgpu_virt.k8s import devices as unit_devices
-from amdgpu_virt.k8s import ledgermap
-from amdgpu_virt.k8s import noderoles
 from amdgpu_virt.k8s.dra import cdi
 from amdgpu_virt.k8s.dra import claims as dra_claims
 from amdgpu_virt.k8s.dra import devices as dra_devices
@@ -50,11 +47,15 @@ from amdgpu_virt.k8s.dra import health as dra_health
 from amdgpu_virt.k8s.dra import prepare as dra_prepare
 from amdgpu_virt.k8s.dra import publish as dra_publish
 from amdgpu_virt.k8s.dra import state as dra_state
+from amdgpu_virt.k8s.node import devices as unit_devices
+from amdgpu_virt.k8s.node import health as node_health
+from amdgpu_virt.k8s.node import roles as noderoles
 from amdgpu_virt.k8s.proto.dra.v1 import api_pb2 as v1_pb2
 from amdgpu_virt.k8s.proto.dra.v1 import api_pb2_grpc as v1_grpc
 from amdgpu_virt.k8s.proto.dra.v1beta1 import api_pb2 as v1beta1_pb2
 from amdgpu_virt.k8s.proto.dra.v1beta1 import api_pb2_grpc as v1beta1_grpc
 from amdgpu_virt.k8s.proto.pluginregistration.v1 import api_pb2 as reg_pb2
+from amdgpu_virt.k8s.record import ledgermap
 from amdgpu_virt.k8s.proto.pluginregistration.v1 import (
     api_pb2_grpc as reg_grpc)
 from amdgpu_virt.sharing import allocator
@@ -406,8 +407,7 @@ def from_conf(conf: Any, inventory: model.HostInventory) -> DraPlugin:
     from kubernetes import client as k8s
 
     from amdgpu_virt.inventory import sysfs
-    from amdgpu_virt.k8s import client as k8s_client
-    from amdgpu_virt.k8s import deviceplugin
+    from amdgpu_virt.k8s.api import client as k8s_client
 
     group = conf.dra
     node = k8s_client.node_name(conf)
@@ -436,7 +436,7 @@ def from_conf(conf: Any, inventory: model.HostInventory) -> DraPlugin:
         memory_step_mib=group.memory_step_mib,
         strategy=allocator.load_strategy(conf.sharing.cu_strategy),
         library=conf.kubernetes.vgpu_library,
-        health=deviceplugin.device_node_health(conf.kubernetes.device_root),
+        health=node_health.device_node_health(conf.kubernetes.device_root),
         health_timeout=group.health_timeout,
         interval=group.publish_interval,
         pcie_roots=sysfs.pcie_roots(conf.inventory.sysfs_root,

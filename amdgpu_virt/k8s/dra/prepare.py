@@ -23,9 +23,9 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 
 from amdgpu_virt import exception
-from amdgpu_virt.k8s import devices as unit_devices
 from amdgpu_virt.k8s.dra import claims as dra_claims
 from amdgpu_virt.k8s.dra import state as dra_state
+from amdgpu_virt.k8s.node import devices as unit_devices
 from amdgpu_virt.sharing import allocator
 from amdgpu_virt.sharing import cumask
 from amdgpu_virt.sharing import hami

@@ -34,7 +34,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from amdgpu_virt import exception
-from amdgpu_virt.k8s import client as k8s_client
+from amdgpu_virt.k8s.api import client as k8s_client
 from amdgpu_virt.k8s.dra import slices as dra_slices
 
 LOG = logging.getLogger(__name__)

@@ -20,16 +20,16 @@ from kubernetes import client
 
 from amdgpu_virt import conf as conf_pkg
 from amdgpu_virt.inventory import simulate
-from amdgpu_virt.k8s import admission
-from amdgpu_virt.k8s import agent
-from amdgpu_virt.k8s import allocrecord
-from amdgpu_virt.k8s import devices
-from amdgpu_virt.k8s import recordstore
-from amdgpu_virt.k8s import extender
-from amdgpu_virt.k8s import webhook
-from amdgpu_virt.k8s import webhookapi
-from amdgpu_virt.policy import engine as policy_engine
+from amdgpu_virt.k8s.admission import rules as admission
+from amdgpu_virt.k8s.admission import webhook
+from amdgpu_virt.k8s.admission import webhookapi
+from amdgpu_virt.k8s.node import agent
+from amdgpu_virt.k8s.node import devices
+from amdgpu_virt.k8s.record import allocation as allocrecord
+from amdgpu_virt.k8s.record import store as recordstore
+from amdgpu_virt.k8s.scheduler import service as extender
 from amdgpu_virt.model import HostInventory
+from amdgpu_virt.policy import engine as policy_engine
 from tests.functional.fixtures import extenderproc
 from tests.functional.fixtures import faultproxy
 from tests.functional.fixtures import kubeclient

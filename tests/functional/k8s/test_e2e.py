@@ -15,9 +15,9 @@ from typing import Any
 
 import testtools
 
-from amdgpu_virt.k8s import deviceplugin
-from amdgpu_virt.k8s import intent
-from amdgpu_virt.k8s import pods
+from amdgpu_virt.k8s.admission import intent
+from amdgpu_virt.k8s.node import deviceplugin
+from amdgpu_virt.k8s.node import podsource
 from amdgpu_virt.sharing import cumask
 from amdgpu_virt.sharing import hami
 from tests.functional.fixtures import kubelet as kubelet_fixture
@@ -42,7 +42,7 @@ class EndToEndTest(testtools.TestCase):
                 self.cluster.inventories[name], plugin_dir=directory,
                 socket_name='amdgpu.sock', share_count=10,
                 poll_interval=0.05,
-                pod_source=pods.KubernetesPodSource(name,
+                pod_source=podsource.KubernetesPodSource(name,
                                                     self.cluster.api))
             plugin.start()
             self.addCleanup(plugin.stop)

@@ -25,8 +25,8 @@ import yaml
 from kubernetes import client
 from kubernetes.client import exceptions as k8s_exceptions
 
-from amdgpu_virt.k8s import allocrecord
-from amdgpu_virt.k8s import recordstore
+from amdgpu_virt.k8s.record import allocation as allocrecord
+from amdgpu_virt.k8s.record import store as recordstore
 from amdgpu_virt.sharing import hami
 from tests.functional.fixtures import apiauth
 from tests.functional.fixtures import kubeclient

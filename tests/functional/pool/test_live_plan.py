@@ -21,7 +21,7 @@ from kubernetes import client
 from amdgpu_virt import ledger as av_ledger
 from amdgpu_virt import yamlutil
 from amdgpu_virt.cmd import exitcodes
-from amdgpu_virt.k8s import allocrecord
+from amdgpu_virt.k8s.record import allocation as allocrecord
 from amdgpu_virt.model import PciAddress
 from amdgpu_virt.model import Role
 from amdgpu_virt.sharing import hami

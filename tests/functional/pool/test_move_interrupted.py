@@ -34,7 +34,7 @@ from amdgpu_virt import fileutil
 from amdgpu_virt import ledger as av_ledger
 from amdgpu_virt.cmd import pool as cmd_pool
 from amdgpu_virt.inventory import simulate
-from amdgpu_virt.k8s import ledgermap
+from amdgpu_virt.k8s.record import ledgermap
 from amdgpu_virt.model import Role
 from amdgpu_virt.pool import apply as pool_apply
 from tests.functional.pool import test_pool

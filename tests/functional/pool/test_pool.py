@@ -30,9 +30,9 @@ from amdgpu_virt.cmd import main as av_main
 from amdgpu_virt.cmd import pool as cmd_pool
 from amdgpu_virt.inventory import simulate
 from amdgpu_virt.inventory import snapshot
-from amdgpu_virt.k8s import agent
-from amdgpu_virt.k8s import devices
-from amdgpu_virt.k8s import ledgermap
+from amdgpu_virt.k8s.node import agent
+from amdgpu_virt.k8s.node import devices
+from amdgpu_virt.k8s.record import ledgermap
 from amdgpu_virt.model import PciAddress
 from amdgpu_virt.model import Role
 from amdgpu_virt.nova import naming

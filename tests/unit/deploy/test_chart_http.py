@@ -18,7 +18,7 @@ import yaml
 
 from amdgpu_virt import conf as conf_pkg
 from amdgpu_virt.conf import kubernetes as k8s_opts
-from amdgpu_virt.k8s import httpserver
+from amdgpu_virt.k8s.api import httpserver
 from tests.unit.deploy import chart
 
 #: value key -> option name

@@ -1,0 +1,10 @@
+"""Talking to the API server: clients, errors, label values, HTTP serving.
+
+Face: :mod:`.client` (clients from the ``[kubernetes]`` options and
+:func:`~.client.call`, the one place transport and API errors become the
+project's), :mod:`.labels` (label values) and :mod:`.httpserver` (the
+server for hostile clients that the webhook and the extender share).
+Every component may import it; it imports no component.
+"""
+
+__all__ = ['client', 'httpserver', 'labels']

@@ -1,0 +1,214 @@
+"""Decoding the list pages that fill the extender's cache.
+
+A list of a large cluster is hundreds of thousands of pods, and the cache
+reads a handful of fields of each: the pod's name, namespace,
+resourceVersion, four HAMi annotations, ``spec.nodeName`` and
+``status.phase``; the node's name, its registration and one capacity. The
+typed decoders here (:mod:`msgspec` structs naming only those fields) read
+a page in one pass and build no object for anything else (other
+annotations, containers, status, managed fields), and turn each item into
+the cache's entry at once, so a list holds entries, not pages of dicts.
+
+They give exactly what the reference decoders of
+:mod:`amdgpu_virt.k8s.fit.entry` give on the same objects: every field is
+typed as the API serves it (strings, objects), and a page with anything
+else (a field of another type, ``null`` where a string belongs, invalid
+JSON) is decoded again by the standard decoders and the reference ones,
+so a page lists if and only if it did before, with the same entries.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+
+from amdgpu_virt.k8s.fit import entry as cacheentry
+from amdgpu_virt.sharing import hami
+
+#: (resourceVersion, continue token, items) of one list page
+Page = tuple[str, str, list[Any]]
+#: what a pod list gives per pod: its key and its entry (None: the pod
+#: holds no AMD GPU)
+PodItem = tuple[str, cacheentry.PodEntry | None]
+
+
+def loads(data: bytes | str) -> Any:
+    """A list page as plain objects: the fast decoder, or the standard one
+    for what the fast one refuses (NaN, lone surrogates), so a page lists
+    if and only if it did before. Nesting deeper than the decoders go
+    raises :class:`RecursionError` (the fast one raises it too: it never
+    crashes the process on a crafted page)."""
+    try:
+        return msgspec.json.decode(data)
+    except (msgspec.MsgspecError, UnicodeError):
+        return json.loads(data)
+
+
+def json_page(data: bytes | str) -> Page:
+    """A page as plain dicts (the items as the API serves them)."""
+    page = loads(data)
+    meta = page.get('metadata') or {}
+    return (str(meta.get('resourceVersion') or ''),
+            str(meta.get('continue') or ''), list(page.get('items') or []))
+
+
+class _Typed(msgspec.Struct, gc=False):
+    """The typed decoders' structs: only strings, string maps and other
+    such structs, so no reference cycle (the collector need not track
+    them, which makes a large list cheaper to build and to free)."""
+
+
+class _ListMeta(_Typed):
+    resourceVersion: str | None = None
+    token: str | None = msgspec.field(default=None, name='continue')
+
+
+# --- pods --------------------------------------------------------------------
+
+class _PodAnnotations(_Typed):
+    allocated: str | None = msgspec.field(
+        default=None, name=hami.DEVICES_ALLOCATED)
+    to_allocate: str | None = msgspec.field(
+        default=None, name=hami.DEVICES_TO_ALLOCATE)
+    node: str | None = msgspec.field(default=None, name=hami.VGPU_NODE)
+    cus: str | None = msgspec.field(default=None, name=hami.CU_ALLOCATED)
+
+
+class _PodMeta(_Typed):
+    name: str = ''
+    namespace: str = ''
+    resourceVersion: str | None = None
+    annotations: _PodAnnotations | None = None
+
+
+class _PodSpec(_Typed):
+    nodeName: str | None = None
+
+
+class _PodStatus(_Typed):
+    phase: str | None = None
+
+
+class _Pod(_Typed):
+    metadata: _PodMeta | None = None
+    spec: _PodSpec | None = None
+    status: _PodStatus | None = None
+
+
+class _PodList(_Typed):
+    metadata: _ListMeta | None = None
+    items: list[_Pod] | None = None
+
+
+_POD_LIST = msgspec.json.Decoder(_PodList)
+_NO_META = _PodMeta()
+
+
+def _pod_item(pod: _Pod) -> PodItem:
+    """What :func:`cacheentry.decode_pod` gives, from the typed pod."""
+    meta = pod.metadata or _NO_META
+    key = f'{meta.namespace}/{meta.name}'
+    notes = meta.annotations
+    if notes is None:
+        return key, None
+    key_name = hami.DEVICES_ALLOCATED
+    value = notes.allocated
+    if value is None:
+        key_name = hami.DEVICES_TO_ALLOCATE
+        value = notes.to_allocate
+        if value is None:
+            return key, None
+    node = pod.spec.nodeName if pod.spec is not None else None
+    node = node or notes.node
+    if not node or pod.status is not None and \
+            pod.status.phase in cacheentry.DONE_PHASES:
+        return key, None
+    return key, cacheentry.pod_entry(key, node, key_name, value, notes.cus,
+                                     cacheentry.rv_of(meta.resourceVersion))
+
+
+def _typed_page(decoder: msgspec.json.Decoder[Any], data: bytes | str
+                ) -> Any:
+    """The typed page, or None when the reference decoders must read
+    it."""
+    try:
+        return decoder.decode(data)
+    except (msgspec.MsgspecError, UnicodeError, RecursionError):
+        return None
+
+
+def _meta(page: Any) -> tuple[str, str]:
+    meta = page.metadata
+    if meta is None:
+        return '', ''
+    return meta.resourceVersion or '', meta.token or ''
+
+
+def pod_page(data: bytes | str) -> Page:
+    """A page of a pod list as (key, entry) items."""
+    page = _typed_page(_POD_LIST, data)
+    if page is None:
+        version, token, objs = json_page(data)
+        return version, token, [(cacheentry.pod_key(obj),
+                                 cacheentry.decode_pod(obj)) for obj in objs]
+    return (*_meta(page), [_pod_item(pod) for pod in page.items or ()])
+
+
+# --- nodes -------------------------------------------------------------------
+
+class _NodeAnnotations(_Typed):
+    register: str | None = msgspec.field(default=None,
+                                          name=hami.NODE_REGISTER)
+
+
+class _NodeMeta(_Typed):
+    name: str = ''
+    annotations: _NodeAnnotations | None = None
+
+
+class _NodeStatus(_Typed):
+    capacity: dict[str, str] | None = None
+
+
+class _Node(_Typed):
+    metadata: _NodeMeta | None = None
+    status: _NodeStatus | None = None
+
+
+class _NodeList(_Typed):
+    metadata: _ListMeta | None = None
+    items: list[_Node] | None = None
+
+
+_NODE_LIST = msgspec.json.Decoder(_NodeList)
+_NO_NODE_META = _NodeMeta()
+
+
+def _node_entry(node: _Node, resource: str) -> cacheentry.NodeEntry:
+    """What :func:`cacheentry.decode_node` gives, from the typed node."""
+    meta = node.metadata or _NO_NODE_META
+    value = meta.annotations.register if meta.annotations else None
+    if value is None:
+        return cacheentry.NodeEntry(meta.name, ())
+    capacity = None
+    if node.status is not None and node.status.capacity:
+        capacity = node.status.capacity.get(resource)
+    return cacheentry.node_entry(meta.name, value, capacity, resource)
+
+
+def node_page(resource: str = hami.RESOURCE_GPU
+              ) -> Callable[[bytes | str], Page]:
+    """A decoder of node list pages into entries (``resource``: the
+    capacity that says whether the device plugin serves GPUs)."""
+    def decode(data: bytes | str) -> Page:
+        page = _typed_page(_NODE_LIST, data)
+        if page is None:
+            version, token, objs = json_page(data)
+            return version, token, [cacheentry.decode_node(obj, resource)
+                                    for obj in objs]
+        return (*_meta(page), [_node_entry(node, resource)
+                               for node in page.items or ()])
+    return decode

@@ -1,0 +1,362 @@
+"""The scheduler extender's decisions: filter, prioritize and bind.
+
+:class:`Extender` answers kube-scheduler's ``ExtenderArgs`` and
+``ExtenderBindingArgs`` (see :mod:`amdgpu_virt.k8s.scheduler.service` for the
+protocol). It decides on the
+:class:`~amdgpu_virt.k8s.scheduler.cache.cluster.ClusterCache` with
+:func:`amdgpu_virt.k8s.fit.placement.decide`, checks every pod against the API
+(its UID, its scheduler, that it is not bound yet), and writes through
+:class:`~amdgpu_virt.k8s.scheduler.bookings.Bookings`: the record first (the
+truth), the mirror annotations after, the node lock and binding at bind. The
+HTTP side is :mod:`amdgpu_virt.k8s.scheduler.handler`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from collections.abc import Mapping
+from typing import Any
+
+from amdgpu_virt import exception
+from amdgpu_virt.k8s import fit
+from amdgpu_virt.k8s.record import allocation as allocrecord
+from amdgpu_virt.k8s.record import nodelock
+from amdgpu_virt.k8s.record import store as recordstore
+from amdgpu_virt.k8s.scheduler import bookings as extenderbookings
+from amdgpu_virt.k8s.scheduler import fencing
+from amdgpu_virt.k8s.scheduler import metrics
+from amdgpu_virt.k8s.scheduler.cache import cluster as schedcache
+from amdgpu_virt.sharing import hami
+
+LOG = logging.getLogger(__name__)
+
+
+def _field(args: Mapping[str, Any], name: str, kind: type) -> Any:
+    value = args.get(name)
+    if not isinstance(value, kind):
+        raise exception.ExtenderRequestError(
+            field=name, reason='missing or not a %s' % kind.__name__)
+    return value
+
+
+def _node_names(args: Mapping[str, Any]) -> tuple[list[str], bool]:
+    """(node names, whether they came as ``Nodes``)."""
+    names = args.get('NodeNames')
+    if isinstance(names, list):
+        if not all(isinstance(n, str) for n in names):
+            raise exception.ExtenderRequestError(
+                field='NodeNames', reason='not a list of names')
+        return names, False
+    nodes = args.get('Nodes')
+    if isinstance(nodes, Mapping) and isinstance(nodes.get('items'), list):
+        result = []
+        for number, node in enumerate(nodes['items']):
+            name = ((node or {}).get('metadata') or {}).get('name') \
+                if isinstance(node, Mapping) else None
+            if not isinstance(name, str):
+                raise exception.ExtenderRequestError(
+                    field='Nodes.items[%d].metadata.name' % number,
+                    reason='missing')
+            result.append(name)
+        return result, True
+    raise exception.ExtenderRequestError(
+        field='NodeNames', reason='neither NodeNames nor Nodes.items given')
+
+
+class Extender:
+    """Filter, prioritize and bind over a cache and a ``CoreV1Api``.
+
+    :param cache: the cluster view (fed by watchers).
+    :param core_api: the API client for annotation writes and bindings.
+    :param locker: node locks (default: a :class:`NodeLocker` on
+        ``core_api``).
+    :param default_node_policy: used when a pod does not say.
+    :param default_gpu_policy: used when a pod does not say.
+    :param leftover: called with ``(node, pod uid)`` for a booking whose
+        removal kept failing (see :class:`~amdgpu_virt.k8s.
+        extenderbookings.Bookings`).
+    """
+
+    #: nodes one filter call tries when their allocation records refuse
+    #: what the cache chose (kube-scheduler retries the pod after that)
+    RECORD_TRIES = 3
+
+    def __init__(self, cache: schedcache.ClusterCache, core_api: Any,
+                 locker: nodelock.NodeLocker | None = None,
+                 default_node_policy: str =
+                 hami.DEFAULT_NODE_SCHEDULER_POLICY,
+                 default_gpu_policy: str = hami.DEFAULT_GPU_SCHEDULER_POLICY,
+                 records: recordstore.RecordStore | None = None,
+                 scheduler_name: str | None = None,
+                 fence: fencing.LeaseFence | None = None,
+                 leftover: Callable[[str, str], None] | None = None) -> None:
+        self.cache = cache
+        self.api = core_api
+        self.locker = locker or nodelock.NodeLocker(core_api)
+        self.default_node_policy = default_node_policy
+        self.default_gpu_policy = default_gpu_policy
+        self.records = records or recordstore.RecordStore(core_api)
+        self.scheduler_name = scheduler_name
+        self.fence = fence
+        self.metrics = metrics.Metrics(cache)
+        self.bookings = extenderbookings.Bookings(
+            cache, core_api, self.records, self.locker, leftover)
+
+    def _verified_pod(self, namespace: str, name: str, uid: Any,
+                      field: str) -> dict[str, Any]:
+        """The pod as the API has it, if it is the one asked about and
+        ours to place.
+
+        :raises ExtenderRequestError: a UID that is not the pod's, a pod
+            of another scheduler.
+        :raises KubernetesError: the pod cannot be read (or is gone).
+        """
+        key = '%s/%s' % (namespace, name)
+        pod = self.bookings.read_pod(namespace, name)
+        meta = pod.get('metadata') or {}
+        if uid and uid != meta.get('uid'):
+            raise exception.ExtenderRequestError(
+                field=field, reason='%s is not the uid of pod %s (%s); it '
+                'was deleted and created again, or the request is forged'
+                % (str(uid)[:64], key, meta.get('uid')))
+        scheduler = (pod.get('spec') or {}).get('schedulerName')
+        if self.scheduler_name and scheduler != self.scheduler_name:
+            raise exception.ExtenderRequestError(
+                field='pod %s spec.schedulerName' % key,
+                reason='%r is not this extender\'s profile %r' % (
+                    scheduler, self.scheduler_name))
+        return pod
+
+    def _fenced(self) -> None:
+        if self.fence is not None:
+            self.fence.check()
+
+    def _request(self, pod: Mapping[str, Any]) -> fit.PodRequest:
+        return fit.pod_request(pod, self.default_node_policy,
+                               self.default_gpu_policy)
+
+    # -- filter ----------------------------------------------------------
+
+    def filter(self, args: Any) -> dict[str, Any]:
+        """Answer ``ExtenderArgs`` with an ``ExtenderFilterResult``."""
+        started = time.perf_counter()
+        try:
+            result, outcome = self._filter(args)
+        except exception.AmdgpuVirtError as err:
+            LOG.warning('filter refused: %s', err)
+            result, outcome = {'NodeNames': None, 'Nodes': None,
+                               'FailedNodes': {},
+                               'FailedAndUnresolvableNodes': {},
+                               'Error': str(err)}, 'error'
+        self.metrics.decisions.labels('filter', outcome).inc()
+        self.metrics.filter_seconds.observe(time.perf_counter() - started)
+        return result
+
+    def _filter(self, args: Any) -> tuple[dict[str, Any], str]:
+        if not isinstance(args, Mapping):
+            raise exception.ExtenderRequestError(field='(body)',
+                                                 reason='not an object')
+        pod = _field(args, 'Pod', Mapping)
+        names, as_nodes = _node_names(args)
+        meta = pod.get('metadata') or {}
+        namespace, name = meta.get('namespace'), meta.get('name')
+        if not isinstance(namespace, str) or not isinstance(name, str) or \
+                not name:
+            raise exception.ExtenderRequestError(
+                field='Pod.metadata', reason='namespace and name required')
+        key = '%s/%s' % (namespace, name)
+        if not self._request(pod).wants_gpus:
+            return self._answer(args, names, as_nodes, {}, {}), 'ignored'
+        self._fenced()
+        if not self.cache.synced:
+            raise exception.ExtenderRequestError(
+                field='(cache)', reason='the node and pod cache is not '
+                'synced yet; retry')
+        # the request's pod is only a name: decide on the API's pod
+        pod = self._verified_pod(namespace, name, meta.get('uid'),
+                                 'Pod.metadata.uid')
+        bound = (pod.get('spec') or {}).get('nodeName')
+        if bound:
+            raise exception.ExtenderRequestError(
+                field='Pod', reason='pod %s is already bound to node %s; '
+                'it is not placed again' % (key, bound))
+        uid = str((pod.get('metadata') or {}).get('uid') or '')
+        request = self._request(pod)
+        if not request.wants_gpus:
+            return self._answer(args, names, as_nodes, {}, {}), 'ignored'
+        earlier = {self.cache.placement(key), ((pod.get('metadata') or {})
+                   .get('annotations') or {}).get(hami.VGPU_NODE)}
+        refused: dict[str, str] = {}
+        candidates = list(names)
+        while True:
+            began = time.perf_counter()
+            decision = self.cache.decide_and_reserve(key, request,
+                                                     candidates)
+            self.metrics.decide_seconds.observe(time.perf_counter() - began)
+            if decision.fit is None:
+                failed = {**decision.failed, **refused}
+                LOG.info('pod %s fits no node: %s', key, '; '.join(
+                    '%s: %s' % item for item in sorted(
+                        {**failed, **decision.unresolvable}.items())[:5]))
+                self.bookings.forget(pod, uid, key, {
+                    str(n) for n in earlier if n})
+                return self._answer(args, [], as_nodes, failed,
+                                    decision.unresolvable), 'nofit'
+            node = decision.fit.node
+            try:
+                grants = self.bookings.book(node, uid, namespace, name,
+                                            decision.fit.containers)
+                break
+            except exception.SharingError as err:
+                # the record wins: another writer booked these GPUs first,
+                # or holds a booking this cache does not see yet (one the
+                # sweep has still to remove); try the next node that fits
+                self.cache.cancel(key)
+                refused[node] = 'refused by its allocation record ' \
+                    '(booked concurrently by another pod or scheduler; ' \
+                    'retry): %s' % err
+                LOG.info('pod %s: node %s refused by its record: %s', key,
+                         node, err)
+                candidates = [n for n in candidates if n != node]
+                if len(refused) >= self.RECORD_TRIES or not candidates:
+                    failed = dict(decision.failed)
+                    failed.update(refused)
+                    return self._answer(args, [], as_nodes, failed,
+                                        decision.unresolvable), 'nofit'
+            except exception.AmdgpuVirtError as err:
+                self.cache.cancel(key)
+                if isinstance(err, exception.KubernetesError) and \
+                        not isinstance(err, exception.AllocationRecordError):
+                    # the write may have taken effect, its answer lost: a
+                    # booking nobody knows of would hold the GPUs until
+                    # the sweep
+                    self.bookings.unbook(node, uid, key)
+                raise
+        for other in earlier - {None, node}:
+            self.bookings.unbook(str(other), uid, key)
+        try:
+            version = self.bookings.mirror(name, namespace, node,
+                                           decision.fit.containers, grants)
+        except exception.KubernetesError:
+            self.cache.cancel(key)
+            self.bookings.unbook(node, uid, key)
+            raise
+        self.cache.confirm(key, version)
+        LOG.info('pod %s -> node %s: %s', key, node,
+                 hami.encode_pod_devices(decision.fit.containers))
+        return self._answer(args, [node], as_nodes, decision.failed,
+                            decision.unresolvable), 'fit'
+
+    @staticmethod
+    def _answer(args: Mapping[str, Any], names: list[str], as_nodes: bool,
+                failed: Mapping[str, str],
+                unresolvable: Mapping[str, str]) -> dict[str, Any]:
+        result: dict[str, Any] = {
+            'NodeNames': None if as_nodes else names, 'Nodes': None,
+            'FailedNodes': dict(failed),
+            'FailedAndUnresolvableNodes': dict(unresolvable), 'Error': ''}
+        if as_nodes:
+            wanted = set(names)
+            nodes = dict(args['Nodes'])
+            nodes['items'] = [n for n in args['Nodes']['items']
+                              if n['metadata']['name'] in wanted]
+            result['Nodes'] = nodes
+        return result
+
+    # -- prioritize --------------------------------------------------------
+
+    def prioritize(self, args: Any) -> list[dict[str, Any]]:
+        """``[HostPriority{Host, Score}]``: 10 for the node the filter
+        chose, else by the pod's node policy (busier nodes higher for
+        binpack, idler for spread)."""
+        if not isinstance(args, Mapping):
+            raise exception.ExtenderRequestError(field='(body)',
+                                                 reason='not an object')
+        pod = _field(args, 'Pod', Mapping)
+        names, _as_nodes = _node_names(args)
+        try:
+            request = self._request(pod)
+        except exception.ExtenderRequestError:
+            return [{'Host': n, 'Score': 0} for n in names]
+        chosen = self.cache.placement(schedcache.pod_key(pod))
+        result = []
+        for name in names:
+            view = self.cache.view(name)
+            if name == chosen:
+                score = 10
+            elif view is None or not view.gpus:
+                score = 0
+            else:
+                usage = view.usage if request.node_policy == 'binpack' \
+                    else 1.0 - view.usage
+                score = max(0, min(9, int(usage * 10)))
+            result.append({'Host': name, 'Score': score})
+        self.metrics.decisions.labels('prioritize', 'ok').inc()
+        return result
+
+    # -- bind --------------------------------------------------------------
+
+    def bind(self, args: Any) -> dict[str, Any]:
+        """Answer ``ExtenderBindingArgs`` with ``ExtenderBindingResult``."""
+        started = time.perf_counter()
+        try:
+            self._bind(args)
+            result, outcome = {'Error': ''}, 'bound'
+        except exception.AmdgpuVirtError as err:
+            LOG.warning('bind refused: %s', err)
+            result, outcome = {'Error': str(err)}, 'error'
+        self.metrics.decisions.labels('bind', outcome).inc()
+        self.metrics.bind_seconds.observe(time.perf_counter() - started)
+        return result
+
+    def _bind(self, args: Any) -> None:
+        if not isinstance(args, Mapping):
+            raise exception.ExtenderRequestError(field='(body)',
+                                                 reason='not an object')
+        name = _field(args, 'PodName', str)
+        namespace = _field(args, 'PodNamespace', str)
+        node = _field(args, 'Node', str)
+        uid = args.get('PodUID')
+        if uid is not None and not isinstance(uid, str):
+            raise exception.ExtenderRequestError(field='PodUID',
+                                                 reason='not a string')
+        key = '%s/%s' % (namespace, name)
+        self._fenced()
+        pod = self._verified_pod(namespace, name, uid, 'PodUID')
+        uid = str((pod.get('metadata') or {}).get('uid') or '')
+        bound = (pod.get('spec') or {}).get('nodeName')
+        if bound == node:
+            LOG.info('pod %s was already bound to %s', key, node)
+            return
+        if bound:
+            raise exception.ExtenderRequestError(
+                field='Node', reason='pod %s is already bound to node %s, '
+                'not %s' % (key, bound, node))
+        record, _version = self.records.read(node)
+        grants = record.pods.get(uid)
+        if grants is None:
+            if self._request(pod).wants_gpus:
+                raise exception.AllocationRecordError(
+                    record=allocrecord.configmap_name(node),
+                    reason='it does not place pod %s (uid %s) on node %s: '
+                    'the pod was not filtered onto this node by this '
+                    'scheduler' % (key, uid, node))
+            self.bookings.binding(name, namespace, uid, node)
+            return
+        self.locker.acquire(node, namespace, name, uid)
+        try:
+            self.bookings.allocating(name, namespace)
+            self.bookings.binding(name, namespace, uid, node)
+        except exception.AmdgpuVirtError as err:
+            # a lost answer may hide a binding that went through: look
+            state = self.bookings.state(name, namespace, uid)
+            if state == node:
+                LOG.info('pod %s is bound to %s although the bind answered '
+                         '%s', key, node, err)
+                return
+            self.bookings.undo(node, namespace, name, uid, state, err)
+            raise
+        LOG.info('pod %s bound to %s', key, node)
+

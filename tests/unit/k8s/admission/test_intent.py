@@ -1,0 +1,153 @@
+"""Stated needs -> whole GPUs or a CU slice, by the planner's filters."""
+
+from __future__ import annotations
+
+import testtools
+
+from amdgpu_virt import conf as conf_pkg
+from amdgpu_virt import exception
+from amdgpu_virt.k8s.admission import intent
+from amdgpu_virt.model import Kind
+from amdgpu_virt.policy import engine as policy_engine
+from amdgpu_virt.policy.decision import Code
+from amdgpu_virt.policy.filters import isolation
+from amdgpu_virt.policy.workload import Tenancy
+from amdgpu_virt.sharing import hami
+
+MI300X = hami.DeviceInfo(id='a', count=10, devmem=196608, devcore=304,
+                         type='AMD Instinct MI300X', health=True)
+MI210 = hami.DeviceInfo(id='b', count=10, devmem=65536, devcore=104,
+                        type='AMD Instinct MI210', health=True)
+ISOLATED = "namespace 'secure' (labelled x=y)"
+
+
+class DecideTest(testtools.TestCase):
+
+    def setUp(self) -> None:
+        super().setUp()
+        self.engine = policy_engine.Engine(conf_pkg.new_conf())
+
+    def _decide(self, needs: str, isolated: str | None = None,
+                devices: tuple[hami.DeviceInfo, ...] = (MI300X,)
+                ) -> intent.IntentDecision:
+        w = intent.workload(intent.parse(needs, 'pod ns/p'), 'p', isolated)
+        return intent.decide(w, intent.models_from_registrations(devices),
+                             self.engine)
+
+    def test_table(self) -> None:
+        cases = (
+            # needs, isolated, kind, limits, in the reason
+            ('memory: 20GiB, compute: 25%', None, Kind.CU,
+             {'amd.com/gpu': '1', 'amd.com/gpucores': '25',
+              'amd.com/gpumem': '20480'}, 'tenancy is trusted'),
+            ('memory: 20GiB, compute: 25%', ISOLATED, Kind.DEDICATED,
+             {'amd.com/gpu': '1'}, 'tenancy is isolated'),
+            ('{"memory": "20GiB", "compute": "25%"}', None, Kind.CU,
+             {'amd.com/gpu': '1', 'amd.com/gpucores': '25',
+              'amd.com/gpumem': '20480'}, '25%'),
+            ('compute: 76, memory: 8GiB', None, Kind.CU,
+             {'amd.com/gpu': '1', 'amd.com/gpucores': '25',
+              'amd.com/gpumem': '8192'}, '76 CUs'),
+            # all memory of the GPU is the whole GPU
+            ('compute: 76', None, Kind.DEDICATED, {'amd.com/gpu': '1'},
+             'dedicated_threshold'),
+            ('compute: 10%, memory: 8GiB, sensitivity: high',
+             None, Kind.DEDICATED,
+             {'amd.com/gpu': '1'}, 'sensitivity high is above medium'),
+            ('gpus: 2, compute: 10%, memory: 8GiB, p2p: true',
+             None, Kind.DEDICATED,
+             {'amd.com/gpu': '2'}, 'P2P between 2 GPUs'),
+            ('compute: 80%, memory: 8GiB', None, Kind.DEDICATED,
+             {'amd.com/gpu': '1'}, 'dedicated_threshold'),
+            ('tenancy: isolated, compute: 10%, memory: 8GiB',
+             None, Kind.DEDICATED,
+             {'amd.com/gpu': '1'}, 'tenancy is isolated'),
+        )
+        for needs, isolated, kind, limits, why in cases:
+            decision = self._decide(needs, isolated)
+            self.assertEqual((Code.PLACED, kind, limits),
+                             (decision.code, decision.kind,
+                              dict(decision.limits)), needs)
+            self.assertIn(why, decision.reason, needs)
+            self.assertTrue(decision.trail)
+
+    def test_never_fits_gives_the_tightest_reason(self) -> None:
+        decision = self._decide('memory: 300GiB')
+        self.assertIs(Code.NEVER, decision.code)
+        self.assertTrue(decision.reason.startswith(
+            'fits no GPU of the cluster: [size] requested 304 CUs and '
+            '307200 MiB'), decision.reason)
+        self.assertIs(Code.NEVER, self._decide('compute: 10%',
+                                               devices=()).code)
+
+    def test_mixed_shapes_slice_only_where_it_fits_everywhere(self) -> None:
+        # 40 GiB is 62 % of an MI210: too big for its CU slice, so whole
+        # GPUs, on either model
+        decision = self._decide('memory: 40GiB, compute: 10%',
+                                devices=(MI300X, MI210))
+        self.assertIs(Kind.DEDICATED, decision.kind)
+        self.assertEqual((), decision.use_types)
+        # 100 GiB fits only the MI300X: whole, and only there
+        decision = self._decide('memory: 100GiB', devices=(MI300X, MI210))
+        self.assertEqual(('AMD Instinct MI300X',), decision.use_types)
+
+    def test_tenancy_comes_from_the_namespace(self) -> None:
+        err = self.assertRaises(exception.WorkloadSpecError, intent.workload,
+                                {'tenancy': 'trusted'}, 'p', ISOLATED)
+        self.assertIn("tenancy: 'trusted' is not allowed: namespace "
+                      "'secure'", str(err))
+        self.assertIs(Tenancy.TRUSTED, intent.workload({}, 'p', None).tenancy)
+
+    def test_the_tenancy_rule_is_one_function(self) -> None:
+        self.assertIsNone(isolation.cu_slice_refusal(Tenancy.TRUSTED))
+        self.assertIn('not a security boundary',
+                      str(isolation.cu_slice_refusal(Tenancy.ISOLATED)))
+        decision = self._decide('compute: 10%, memory: 1GiB', ISOLATED)
+        self.assertIn(str(isolation.cu_slice_refusal(Tenancy.ISOLATED)),
+                      decision.reason)
+
+    def test_parse_refuses_what_a_spec_does_not_hold(self) -> None:
+        for value, reason in ((3, 'not a string'),
+                              ('name: x', 'unknown field(s) name'),
+                              ('platform: vm', 'unknown field(s) platform'),
+                              ('a: &x [1]\nb: *x', 'aliases'),
+                              ('y' * 3000, 'at most')):
+            err = self.assertRaises(exception.WorkloadSpecError,
+                                    intent.parse, value, 'pod ns/p')
+            self.assertIn(reason, str(err))
+        self.assertEqual({'memory': '20GiB', 'compute': '25%'},
+                         intent.parse('memory: 20GiB, compute: 25%', 'p'))
+        self.assertEqual({'gpus': 2}, intent.parse('gpus: 2', 'p'))
+
+
+class ClaimTemplateTest(testtools.TestCase):
+
+    def test_share_and_whole(self) -> None:
+        engine = policy_engine.Engine(conf_pkg.new_conf())
+        models = intent.models_from_registrations([MI300X, MI210])
+        share = intent.decide(intent.workload(
+            {'compute': '20%', 'memory': '8GiB', 'gpus': 2}, 'p', None),
+            models, engine)
+        body = intent.claim_template(share)
+        self.assertEqual(('resource.k8s.io/v1', 'ResourceClaimTemplate'),
+                         (body['apiVersion'], body['kind']))
+        (request,) = body['spec']['spec']['devices']['requests']
+        # the most CUs any fitting shape needs: 20 % of 304 is 60
+        self.assertEqual({'allocationMode': 'ExactCount', 'count': 2,
+                          'deviceClassName': 'share.gpu.amd.com',
+                          'capacity': {'requests': {
+                              'computeUnits': '60', 'memory': '8192Mi'}}},
+                         request['exactly'])
+        self.assertTrue(body['metadata']['name'].startswith(
+            'amdgpu-virt-cu-slice-'))
+        # the name follows the content: the same needs, the same template
+        self.assertEqual(body, intent.claim_template(share))
+        whole = intent.decide(intent.workload({'gpus': 2}, 'p', None),
+                              models, engine)
+        other = intent.claim_template(whole)
+        self.assertEqual({'allocationMode': 'ExactCount', 'count': 2,
+                          'deviceClassName': 'gpu.amd.com'},
+                         other['spec']['spec']['devices']['requests'][0][
+                             'exactly'])
+        self.assertNotEqual(body['metadata']['name'],
+                            other['metadata']['name'])
