@@ -419,7 +419,3 @@ class Publisher:
             except exception.KubernetesNotFound:
                 continue
 
-    def withdraw(self) -> None:
-        """Delete every slice of this node and driver."""
-        self.delete(self.existing())
-

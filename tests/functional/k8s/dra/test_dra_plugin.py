@@ -18,6 +18,7 @@ import time
 import fixtures
 import kubernetes_validate
 import testtools
+from kubernetes.client import exceptions as kubernetes_exceptions
 
 from amdgpu_virt import conf as av_conf
 from amdgpu_virt import exception
@@ -26,6 +27,7 @@ from amdgpu_virt.cmd import dra as cmd_dra
 from amdgpu_virt.k8s.dra import cdi
 from amdgpu_virt.k8s.dra import classes
 from amdgpu_virt.k8s.dra import devices as dra_devices
+from amdgpu_virt.k8s.dra import served as dra_served
 from amdgpu_virt.model import Role
 from amdgpu_virt.sharing import cumask
 from tests.functional.fixtures import cdiruntime
@@ -467,7 +469,7 @@ class TestEndToEnd(testtools.TestCase):
         # whole GPUs and shares stay, partitions go, no counter anywhere
         self.assertEqual({'gpu', 'share'}, set(types.values()))
         self.assertEqual(3, list(types.values()).count('gpu'))
-        self.assertNotIn('counter', json.dumps(objs).lower())
+        self.assertFalse('counter' in json.dumps(objs).lower())
         # the dry run said so before anything was written: one write per
         # slice of the new generation, and the old ones deleted
         self.assertEqual({2}, {o['spec']['pool']['generation']
@@ -734,7 +736,7 @@ class TestLayouts(testtools.TestCase):
         # a 1.35 server refuses the forced layout's probe: what is
         # published is what needs no gated field, whole GPUs
         self.assertEqual({'gpu'}, set(helpers_types(node.slices()).values()))
-        self.assertNotIn('counter', json.dumps(node.slices()).lower())
+        self.assertFalse('counter' in json.dumps(node.slices()).lower())
         server.store.set_release((1, 34), self.GATES)
         node.plugin.publisher.forget()
         self.assertTrue(node.plugin.refresh())
@@ -748,6 +750,67 @@ class TestLayouts(testtools.TestCase):
                                 node.plugin.refresh)
         self.assertIn('/version', str(err))
         self.assertEqual(published, node.slices())
+
+
+class TestLearning(testtools.TestCase):
+    """How the plugin learns what the API server keeps."""
+
+    def test_a_write_that_loses_fields_is_written_again_without_them(self):
+        # the probe says counters are kept, the server drops them on the
+        # write itself (a gate turned off in between): the slices are
+        # created (someone deleted them), so nothing of them is "in use"
+        node = self.useFixture(DraNode(dra={'publish_interval': 3600}))
+        publisher = node.plugin.publisher
+        publisher.probe = lambda version, layout: dra_served.Served(
+            True, True, layout)
+        node.k8s.server.store.set_release((1, 36), {
+            'DRAPartitionableDevices': False})
+        for obj in node.slices():
+            node.k8s.resource.delete_resource_slice(obj['metadata']['name'])
+        self.assertTrue(node.plugin.refresh())
+        objs = node.slices()
+        self.assertFalse('counter' in json.dumps(objs).lower())
+        self.assertEqual({'gpu', 'share'},
+                         set(helpers_types(objs).values()))
+        self.assertFalse(publisher.served.counters)
+        # written twice: with the counters the server dropped, then
+        # without what they were for
+        self.assertEqual({2}, {o['spec']['pool']['generation']
+                               for o in objs})
+        self.assertEqual({len(objs)}, {o['spec']['pool'][
+            'resourceSliceCount'] for o in objs})
+        # prepare follows what was published
+        self.assertNotIn('partition', {d.type.value for d in
+                                       node.plugin.plan.devices})
+        self.assertFalse(node.plugin.refresh())
+
+    def test_a_refused_dry_run_gives_the_release_s_defaults(self):
+        node = self.useFixture(DraNode(version=(1, 35), gates={
+            'DRAPartitionableDevices': True, 'DRAConsumableCapacity': True},
+            dra={'publish_interval': 3600}))
+        # with its gates on, 1.35 keeps partitions and shares
+        self.assertEqual({'gpu', 'partition', 'share'},
+                         set(helpers_types(node.slices()).values()))
+        api = node.plugin.publisher.api
+        create = api.create_resource_slice
+
+        def no_dry_run(*args, **kwargs):
+            if kwargs.get('dry_run'):
+                raise kubernetes_exceptions.ApiException(
+                    status=400, reason='admission webhook "x" does not '
+                    'support dry run')
+            return create(*args, **kwargs)
+        api.create_resource_slice = no_dry_run
+        node.plugin.publisher.forget()
+        self.assertTrue(node.plugin.refresh())
+        self.assertEqual({'gpu'}, set(helpers_types(node.slices()).values()))
+        # an API server that does not serve ResourceSlices is named
+        api.get_api_resources = lambda **kw: (_ for _ in ()).throw(
+            kubernetes_exceptions.ApiException(status=404))
+        node.plugin.publisher.forget()
+        err = self.assertRaises(exception.KubernetesError,
+                                node.plugin.refresh)
+        self.assertIn('does not serve ResourceSlices', str(err))
 
 
 def _strip(obj):
@@ -814,7 +877,7 @@ class TestReleases(testtools.TestCase):
         self.assertEqual((0, []), self.idle_writes(node))
         objs = node.slices()
         self.assertEqual({'partition'}, set(helpers_types(objs).values()))
-        self.assertNotIn('counter', json.dumps(objs).lower())
+        self.assertFalse('counter' in json.dumps(objs).lower())
         self.assertIsNone(node.allocate('w', [da.request('gpu', DRIVER)]))
         part = node.allocate('p', [da.request('p', 'partition.' + DRIVER)])
         # a whole GPU: all of its partitions, of one GPU

@@ -398,7 +398,8 @@ class TestQuantities(testtools.TestCase):
             'memory']['value'])
         counters = _raw(self.api.create_resource_slice(_slice(
             'b', sharedCounters=[{'name': 'c', 'counters': {
-                'memory': {'value': '196608Mi'}, 'xcds': {'value': '8000m'}}}]),
+                'memory': {'value': '196608Mi'},
+                'xcds': {'value': '8000m'}}}]),
             _preload_content=False))['spec']['sharedCounters'][0]
         self.assertEqual({'memory': {'value': '192Gi'},
                           'xcds': {'value': '8'}}, counters['counters'])
