@@ -232,9 +232,8 @@ class Publisher:
         """
         self.check_served()
         self.probes += 1
-        body = dra_served.probe_slice(
-            self.node, self.driver, layout,
-            dra_slices.slice_prefix(self.node, self.driver))
+        body = dra_served.probe_slice(self.node, self.driver, layout,
+                                      self.driver)
         what = 'dry-run create of a probe resourceslice'
         try:
             answer = k8s_client.json_body(what, k8s_client.call(

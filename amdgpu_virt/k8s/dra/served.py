@@ -155,7 +155,8 @@ def for_release(version: tuple[int, int],
 def probe_slice(node: str, driver: str, layout: Layout,
                 prefix: str) -> dict[str, Any]:
     """A ResourceSlice holding every gated field the driver writes, to be
-    created with ``dryRun=All`` (a generated name, nothing persisted).
+    created with ``dryRun=All`` (a name generated from ``prefix``, which
+    the server cuts to 58 characters; nothing persisted).
 
     In the mixed layout its counter set is in the slice, in the separate
     one it is referred to only (1.35 and later check that a slice holds

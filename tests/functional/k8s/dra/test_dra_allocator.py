@@ -529,6 +529,29 @@ class TestPerRelease(testtools.TestCase):
             else:
                 self.assertEqual(1, len(got.devices[0].partitions), label)
 
+    def test_no_gpu_is_given_whole_and_in_parts(self):
+        for label, _release, _without in LAYOUTS:
+            _inv, objs, _plan, gates = _host_slices(label)
+            alloc = da.Allocator(objs, CLASSES, features=gates)
+            given = []
+            for device_class in (DRIVER, 'partition.' + DRIVER):
+                while True:
+                    result = alloc.allocate(da.claim('c%d' % len(given), [
+                        da.request('r', device_class)]), 'n')
+                    if result is None:
+                        break
+                    given.extend(result['devices']['results'])
+            by_name = {d['name']: d for o in objs
+                       for d in o['spec'].get('devices', [])}
+            kinds = {}
+            for res in given:
+                attrs = by_name[res['device']]['attributes']
+                kinds.setdefault(attrs['pciAddress']['string'], set()).add(
+                    attrs['type']['string'])
+            self.assertTrue(kinds, label)
+            for gpu, held in kinds.items():
+                self.assertEqual(1, len(held), (label, gpu, held))
+
     def test_shares(self):
         for label, release, _without in LAYOUTS:
             got = self.allocate_and_prepare(

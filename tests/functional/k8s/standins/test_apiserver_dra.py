@@ -102,9 +102,12 @@ class TestDraResources(testtools.TestCase):
                  'metadata': {'name': 'c', 'namespace': 'ns'},
                  'spec': {'devices': {'requests': [{'name': 'r', 'exactly': {
                      'deviceClassName': 'gpu.amd.com'}}]}}}
+        # a create resets the status, as the real strategy does
+        claim['status'] = {'allocation': {'devices': {'results': []}}}
         made = _raw(self.api.create_namespaced_resource_claim(
             'ns', claim, _preload_content=False))
         self.assertTrue(made['metadata']['uid'])
+        self.assertNotIn('status', made)
         # a write of the main resource cannot set the status
         made['status'] = {'allocation': {'devices': {'results': []}}}
         kept = _raw(self.api.replace_namespaced_resource_claim(
