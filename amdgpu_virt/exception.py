@@ -197,6 +197,14 @@ class KubernetesError(AmdgpuVirtError):
     msg_fmt = 'Kubernetes request %(request)s failed: %(reason)s'
 
 
+class InvalidQuantity(KubernetesError):
+    """Text that is no Kubernetes quantity (``resource.Quantity``), or one
+    beyond the bounds the project reads (:mod:`amdgpu_virt.k8s.api.quantity`).
+    """
+
+    msg_fmt = '%(value)r is not a Kubernetes quantity: %(reason)s'
+
+
 class AnnotationError(KubernetesError):
     msg_fmt = 'Bad annotation %(key)s on %(obj)s: %(reason)s'
 
