@@ -42,6 +42,7 @@ from collections.abc import Callable
 
 from amdgpu_virt import exception
 from amdgpu_virt.k8s.node import memhook
+import contextlib
 
 LOG = logging.getLogger(__name__)
 
@@ -293,7 +294,8 @@ def _install_locked(src_fd: int, dir_fd: int, source: str, target: str,
         except exception.MemoryHookError as err:
             raise exception.HookSourceInvalid(
                 path=source, reason='its copy is not usable (%s); did it '
-                'change while being copied?' % err.kwargs.get('reason'))
+                'change while being copied?' % err.kwargs.get('reason')
+            ) from None
         os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
         os.fsync(dir_fd)
     except OSError as err:
@@ -312,7 +314,5 @@ def _install_locked(src_fd: int, dir_fd: int, source: str, target: str,
 
 
 def _unlink_quietly(dir_fd: int, name: str) -> None:
-    try:
+    with contextlib.suppress(OSError):
         os.unlink(name, dir_fd=dir_fd)
-    except OSError:
-        pass

@@ -215,7 +215,7 @@ class ChartNodePodTest(testtools.TestCase):
         agent = self.start(pod, 'agent')
         self.start(pod, 'device-plugin')
         slots = wait(lambda: self.registered(), 'the registration')
-        self.assertEqual({a: 10 for a in self.gpus}, slots, agent.output())
+        self.assertEqual(dict.fromkeys(self.gpus, 10), slots, agent.output())
         self.assertEqual(memhook.READY, wait(self.label, 'the label'))
         self.kubelet.wait_for_devices(RESOURCE, count=20, timeout=60)
         self.assertEqual(set(self.gpus), self.healthy())
@@ -237,7 +237,7 @@ class ChartNodePodTest(testtools.TestCase):
         self.assertIn('cannot be read: no such file', message)
         self.assertIn('the node offers whole GPUs only', message)
         self.start(pod, 'agent')
-        self.assertEqual({a: 1 for a in self.gpus},
+        self.assertEqual(dict.fromkeys(self.gpus, 1),
                          wait(self.registered, 'the registration'))
         self.assertEqual(memhook.UNAVAILABLE, wait(self.label, 'the label'))
         events = wait(lambda: [
@@ -267,7 +267,7 @@ class ChartNodePodTest(testtools.TestCase):
         # the Nova GPU is moved to Kubernetes ("amdgpu-virt move")
         self.write_ledger(Role.K8S_SHARED, Role.K8S_DEDICATED)
         wait(lambda: len(self.registered()) == 2, 'the moved GPU')
-        self.assertEqual({a: 10 for a in self.gpus}, self.registered())
+        self.assertEqual(dict.fromkeys(self.gpus, 10), self.registered())
         wait(lambda: self.healthy() == set(self.gpus),
              'the moved GPU healthy')
 
