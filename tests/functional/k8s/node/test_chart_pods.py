@@ -46,12 +46,7 @@ RESOURCE = 'amd.com/gpu'
 #: the node (as the real API server issues it)
 TOKENS = {'node': apiauth.service_account(NAMESPACE, 'amdgpu-virt-node',
                                           NODE)}
-_PLURALS = {'Role': 'roles', 'RoleBinding': 'rolebindings',
-            'ClusterRole': 'clusterroles',
-            'ClusterRoleBinding': 'clusterrolebindings',
-            'ValidatingAdmissionPolicy': 'validatingadmissionpolicies',
-            'ValidatingAdmissionPolicyBinding':
-            'validatingadmissionpolicybindings'}
+_PLURALS = apiauth.PLURALS
 
 
 def wait(predicate: Callable[[], Any], what: str,
