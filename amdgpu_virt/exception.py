@@ -283,3 +283,31 @@ class NotLeader(KubernetesError):
 class MemoryHookError(DevicePluginError):
     msg_fmt = ('Memory-limit hook library %(path)s is not usable: '
                '%(reason)s')
+
+
+class HookInstallError(AmdgpuVirtError):
+    """``k8s install-hook`` could not install the memory-limit library."""
+
+    msg_fmt = ('Cannot install the memory-limit hook library %(path)s: '
+               '%(reason)s')
+
+
+class HookSourceMissing(HookInstallError):
+    msg_fmt = ('Memory-limit hook library source %(path)s cannot be read: '
+               '%(reason)s')
+
+
+class HookSourceInvalid(HookInstallError):
+    msg_fmt = ('Memory-limit hook library source %(path)s is not usable: '
+               '%(reason)s')
+
+
+class HookTargetError(HookInstallError):
+    msg_fmt = ('Cannot install the memory-limit hook library at %(path)s: '
+               '%(reason)s')
+
+
+class HookInstallBusy(HookInstallError):
+    msg_fmt = ('Cannot install the memory-limit hook library at %(path)s: '
+               'another install held its directory\'s lock for '
+               '%(seconds)s seconds; run the same command again')
