@@ -11,7 +11,6 @@ pod's stated needs into resources (:class:`IntentPolicy`, applied by
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Callable
 from collections.abc import Mapping
 from collections.abc import Sequence
@@ -19,13 +18,13 @@ from typing import Any
 
 from amdgpu_virt import exception
 from amdgpu_virt.k8s.admission import intent as pod_intent
+from amdgpu_virt.k8s.api import quantity
 from amdgpu_virt.model import GpuModel
 from amdgpu_virt.policy import engine as policy_engine
 from amdgpu_virt.policy.filters import isolation
 from amdgpu_virt.policy.workload import Tenancy
 from amdgpu_virt.sharing import hami
 
-_INTEGER = re.compile(r'^\+?[0-9]+$')
 #: Pod annotations only the project writes: HAMi's allocation record and
 #: the webhook's own decision (the intent itself is fixed at creation);
 #: the per-container forms
@@ -85,14 +84,26 @@ def resources(container: Mapping[str, Any], kind: str
     return found
 
 
+#: ``amd.com/gpumem`` counts MiB: above this (16 TiB) a value is a unit
+#: mistake (``4Gi`` is 4,294,967,296 MiB), not a GPU
+MAX_GPUMEM = 1 << 24
+#: the extender reads limits as 32-bit counts, as HAMi does
+MAX_GPUS = (1 << 31) - 1
+
+
 def integer(value: Any) -> int | None:
-    if isinstance(value, bool):
+    """A whole-number limit as the API serves it (``10000`` comes back as
+    ``10k``), or None when it is not one."""
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
         return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, str) and _INTEGER.match(value.strip()):
-        return int(value.strip())
-    return None
+    try:
+        amount = quantity.value(value.strip() if isinstance(value, str)
+                                else value)
+    except exception.InvalidQuantity:
+        return None
+    if amount.denominator != 1 or amount < 0:
+        return None
+    return int(amount)
 
 
 def env_problems(label: str, container: Mapping[str, Any]) -> list[str]:
@@ -150,6 +161,14 @@ def container_problems(where: str, container: Mapping[str, Any],
             number = integer(value)
             if number is None or number < 0:
                 problems.append('%s: %s: %r is not a non-negative integer'
+                                % (label, field, value))
+            elif resource == hami.RESOURCE_GPUMEM and number > MAX_GPUMEM:
+                problems.append(
+                    '%s: %s: %r is %d MiB, more than any GPU has (%s '
+                    'counts MiB: write 4096 for 4 GiB)'
+                    % (label, field, value, number, resource))
+            elif number > MAX_GPUS:
+                problems.append('%s: %s: %r is too large'
                                 % (label, field, value))
     cores = None
     if hami.RESOURCE_GPUCORES in requested:

@@ -194,6 +194,14 @@ class DenialTest(testtools.TestCase):
         self.assertIn('resources.limits[amd.com/gpu]', message)
         message = self._denied(_pod({'amd.com/gpumem': '4Gi'}))
         self.assertIn('resources.limits[amd.com/gpumem]', message)
+        self.assertIn('counts MiB', message)
+
+    def test_limits_as_the_api_server_serves_them(self) -> None:
+        # the API server hands the webhook canonical quantities: a pod
+        # created with gpumem 10000 or 4096 arrives as '10k' or '4Ki'
+        for mem in ('10k', '4Ki', '24576', 20480):
+            self.assertTrue(_decide(_pod({'amd.com/gpumem': mem}))[
+                'allowed'], mem)
 
     def test_reserved_environment(self) -> None:
         for name in ('HSA_CU_MASK', 'ROC_GLOBAL_CU_MASK',
