@@ -275,3 +275,7 @@ class NotLeader(KubernetesError):
 class MemoryHookError(DevicePluginError):
     msg_fmt = ('Memory-limit hook library %(path)s is not usable: '
                '%(reason)s')
+
+
+class TelemetryError(AmdgpuVirtError):
+    msg_fmt = 'Node telemetry source %(source)s: %(reason)s'

@@ -41,23 +41,27 @@ CONFLICT_RETRIES = 5
 
 
 def registration(units: Sequence[devices.GpuUnit], share_count: int,
-                 healthy: Mapping[str, bool]) -> tuple[hami.DeviceInfo, ...]:
+                 healthy: Mapping[str, bool],
+                 reasons: Mapping[str, str] | None = None
+                 ) -> tuple[hami.DeviceInfo, ...]:
     """The DeviceInfo of every unit, in unit order.
 
     :param healthy: unit uuid -> health; a missing uuid counts as healthy.
+    :param reasons: unit uuid -> why it is unhealthy (custominfo
+        ``healthReason`` of an unhealthy unit).
     """
     result = []
     for unit in units:
-        product = unit.product_name or 'AMD Instinct GPU'
-        if hami.AMD_TYPE_WORD not in product.lower():
-            # HAMi's scheduler only takes devices with "amd" in the type
-            product = 'AMD %s' % product
         custom: dict[str, Any] = {hami.CUSTOMINFO_PCI_BDF: unit.gpu_address}
         if unit.cu_unit > 1:
             custom[hami.CUSTOMINFO_CU_PER_WGP] = unit.cu_unit
+        reason = (reasons or {}).get(unit.uuid)
+        if not healthy.get(unit.uuid, True) and reason:
+            custom[hami.CUSTOMINFO_HEALTH_REASON] = reason
         result.append(hami.DeviceInfo(
             id=unit.uuid, index=unit.index, count=share_count,
-            devmem=unit.vram_mib, devcore=unit.compute_units, type=product,
+            devmem=unit.vram_mib, devcore=unit.compute_units,
+            type=unit.device_type,
             numa=unit.numa_node or 0,
             health=healthy.get(unit.uuid, True), devicevendor=VENDOR,
             custominfo=custom))
@@ -91,6 +95,22 @@ class NodeStore(abc.ABC):
         :raises KubernetesError: any other failure.
         """
         raise NotImplementedError('this node store cannot label nodes')
+
+    def set_condition(self, node: Mapping[str, Any],
+                      condition: Mapping[str, Any]) -> None:
+        """Write one condition of the node's status (merged by type).
+
+        :raises KubernetesError: it cannot be written.
+        """
+        raise NotImplementedError('this node store cannot write conditions')
+
+    def record_event(self, body: Mapping[str, Any]) -> None:
+        """Create an Event.
+
+        :raises KubernetesConflict: it exists already.
+        :raises KubernetesError: any other failure.
+        """
+        raise NotImplementedError('this node store cannot record events')
 
 
 class KubernetesNodeStore(NodeStore):
@@ -126,6 +146,21 @@ class KubernetesNodeStore(NodeStore):
                         self.api.patch_node, self.node_name, body,
                         _content_type=k8s_client.MERGE_PATCH,
                         _preload_content=False)
+
+    def set_condition(self, node: Mapping[str, Any],
+                      condition: Mapping[str, Any]) -> None:
+        # strategic merge: conditions merge on "type", kubelet's stay
+        body = {'status': {'conditions': [dict(condition)]}}
+        k8s_client.call('PATCH node status %s' % self.node_name,
+                        self.api.patch_node_status, self.node_name, body,
+                        _content_type=k8s_client.STRATEGIC_MERGE_PATCH,
+                        _preload_content=False)
+
+    def record_event(self, body: Mapping[str, Any]) -> None:
+        namespace = (body.get('metadata') or {}).get('namespace', 'default')
+        k8s_client.call('CREATE event %s' % (body.get('metadata') or {}).get(
+            'name'), self.api.create_namespaced_event, namespace, dict(body),
+            _preload_content=False)
 
 
 class NodeAgent:
@@ -186,14 +221,20 @@ class NodeAgent:
                 ) -> tuple[hami.DeviceInfo, ...]:
         if units is None:
             units = self.offered_units()
-        healthy = {}
+        healthy: dict[str, bool] = {}
+        reasons: dict[str, str] = {}
         for unit in units:
             try:
                 healthy[unit.uuid] = bool(self.health(unit))
             except Exception:  # a failing check is not a healthy GPU
                 LOG.exception('Health check of GPU %s failed', unit.rocr_id)
                 healthy[unit.uuid] = False
-        return registration(units, self.share_count, healthy)
+                reasons[unit.uuid] = 'the health check failed'
+                continue
+            if not healthy[unit.uuid]:
+                reasons[unit.uuid] = node_health.reason_of(self.health,
+                                                           unit)
+        return registration(units, self.share_count, healthy, reasons)
 
     def sync_once(self) -> bool:
         """Register the node's GPUs if the node says otherwise.
