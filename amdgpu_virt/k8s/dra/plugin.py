@@ -19,7 +19,10 @@ its spec; an unknown claim unprepares successfully. Both are serialised
 
 A background loop re-reads the role ledger and the health of the GPUs
 every ``[dra] publish_interval`` seconds, republishes the node's
-ResourceSlices when what it offers changed, sends health to kubelet, and
+ResourceSlices when what it offers changed (an unhealthy device is not
+offered: it leaves the slices, and a claim not prepared yet that names it
+is refused), sends health to kubelet (every device, the unhealthy ones
+included, with why), and
 serves the sockets again when one was removed. One refresh runs at a time
 (a lock of its own), so a refresh called while the loop's runs waits for
 it and the two never publish at once.
@@ -259,11 +262,16 @@ class DraPlugin:
         """
         with self._refreshing:
             self.read_ledger()
-            plan = self._plan()
+            whole = self._plan()
+            entries = dra_health.device_health(whole, self.units,
+                                               self.health_check)
+            plan = dra_devices.without(
+                whole, (name for name, healthy, _why in entries
+                        if not healthy))
             with self._lock:
                 self.plan = plan
-            self.board.update(self.node, dra_health.device_health(
-                plan, self.units, self.health_check))
+            # kubelet hears of every device, the unhealthy ones included
+            self.board.update(self.node, entries)
             if self.publisher is None:
                 return False
             return self.publisher.publish(plan, self.memory_step_mib)
@@ -436,7 +444,8 @@ def from_conf(conf: Any, inventory: model.HostInventory) -> DraPlugin:
         memory_step_mib=group.memory_step_mib,
         strategy=allocator.load_strategy(conf.sharing.cu_strategy),
         library=conf.kubernetes.vgpu_library,
-        health=node_health.device_node_health(conf.kubernetes.device_root),
+        health=node_health.monitor_from_conf(
+            conf, unit_devices.units_from_inventory(inventory)),
         health_timeout=group.health_timeout,
         interval=group.publish_interval,
         pcie_roots=sysfs.pcie_roots(conf.inventory.sysfs_root,

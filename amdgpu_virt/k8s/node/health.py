@@ -21,7 +21,8 @@ options):
 
 A file that cannot be read judges nothing (its block is left out and the
 failure counted); an exporter that does not answer judges nothing. A
-verdict is kept ``interval`` seconds: the device plugin asks every second.
+GPU's RAS and exporter verdict is kept ``interval`` seconds (the device
+plugin asks every second); device nodes are checked on every call.
 """
 
 from __future__ import annotations
@@ -218,7 +219,6 @@ class HealthMonitor:
         self.addresses = tuple(sorted({u.gpu_address for u in self.units}))
         self._lock = threading.Lock()
         self._gpu: dict[str, tuple[float, Verdict]] = {}
-        self._unit: dict[str, tuple[float, Verdict]] = {}
         self._ras: dict[str, GpuHealth] = {}
         self._rates = {a: CorrectableRate(self.policy.correctable_window)
                        for a in self.addresses}
@@ -233,20 +233,12 @@ class HealthMonitor:
 
     # verdicts -----------------------------------------------------------
     def unit_verdict(self, unit: devices.GpuUnit) -> Verdict:
-        """The unit's device nodes first, then its GPU's verdict."""
-        now = self.clock()
-        with self._lock:
-            cached = self._unit.get(unit.uuid)
-        if cached is None or now - cached[0] >= self.policy.interval:
-            problem = device_problem(self.device_root, unit,
-                                     self.policy.open_render_nodes)
-            verdict = HEALTHY if problem is None else Verdict(
-                False, _short('device: %s' % problem))
-            cached = (now, verdict)
-            with self._lock:
-                self._unit[unit.uuid] = cached
-        if not cached[1].healthy:
-            return cached[1]
+        """The unit's device nodes (checked on every call: a stat and an
+        open each), then its GPU's verdict."""
+        problem = device_problem(self.device_root, unit,
+                                 self.policy.open_render_nodes)
+        if problem is not None:
+            return Verdict(False, _short('device: %s' % problem))
         return self.gpu_verdict(unit.gpu_address)
 
     def gpu_verdict(self, address: str) -> Verdict:
