@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 
 from amdgpu_virt import catalog
 from amdgpu_virt import exception
@@ -115,18 +116,25 @@ class _TreeWriter:
         full = self.path(rel)
         data = ('%s\n' % (value,)).encode('ascii')
         try:
-            fd = os.open(full, os.O_RDONLY)
-        except FileNotFoundError:
+            # never blocks: a FIFO planted where a file belongs is replaced
+            fd = os.open(full, os.O_RDONLY | os.O_NONBLOCK)
+        except OSError:
+            # missing, or a dangling or looping link planted there
+            if os.path.islink(full):
+                os.unlink(full)
             self._ensure_dir(os.path.dirname(full))
         else:
             try:
-                current = os.read(fd, len(data) + 1)
+                regular = stat.S_ISREG(os.fstat(fd).st_mode)
+                current = os.read(fd, len(data) + 1) if regular else b''
             except OSError:
                 current = b''
             finally:
                 os.close(fd)
             if current == data:
                 return
+            if not regular:
+                os.unlink(full)
         fd = os.open(full, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
             os.write(fd, data)
