@@ -175,7 +175,7 @@ class DashboardTest(testtools.TestCase):
         self.assertEqual({'hami_vgpu_memory_usd_bytes',
                           'amdgpu_virt_gpu_info'}, metric_names(parsed))
         self.assertNotIn('hami_vgpu_memory_usd_bytes', exported_names())
-        self.assertRaises(Exception, promql_parser.parse,
+        self.assertRaises(ValueError, promql_parser.parse,
                           'sum by (node (hami_host_gpu_utilization_ratio)')
 
     def test_the_chart_ships_it_for_the_sidecar(self) -> None:

@@ -23,6 +23,12 @@ from tests.unit.inventory import fixtures as inv_fixtures
 UID = '0b6f0c55-6a1e-4b2c-9d7a-1f2e3d4c5b6a'
 
 
+def _read_into(root: str, address: str, result: list,
+               done: threading.Event) -> None:
+    result.append(telemetry.read_gpu(root, address))
+    done.set()
+
+
 class ParserTest(testtools.TestCase):
 
     def test_ras_counts_as_the_kernel_prints_them(self) -> None:
@@ -115,12 +121,8 @@ class SysfsTelemetryTest(testtools.TestCase):
                 simnode.plant(path, variant)
                 done = threading.Event()
                 result: list[readings.GpuReadings] = []
-
-                def read() -> None:
-                    result.append(telemetry.read_gpu(root, address))
-                    done.set()
-
-                threading.Thread(target=read, daemon=True).start()
+                threading.Thread(target=_read_into, daemon=True, args=(
+                    root, address, result, done)).start()
                 # a FIFO or an endless file never blocks the reader
                 self.assertTrue(done.wait(10), (variant, source))
                 (read_once,) = result
@@ -161,7 +163,8 @@ class SysfsTelemetryTest(testtools.TestCase):
         self.assertIsNone(gpu.health.problem(None))
         # GPUs bound to gim or vfio-pci show no RAS files
         self.assertEqual(
-            {None}, {g.health for g in scanned.gpus if g.driver.value != 'amdgpu'})
+            {None}, {g.health for g in scanned.gpus
+                     if g.driver.value != 'amdgpu'})
         text = snapshot.dumps(scanned)
         self.assertEqual(scanned, snapshot.loads(text, 'snap'))
 

@@ -122,15 +122,15 @@ class CollectorTest(testtools.TestCase):
                           unit.uuid), (labels['namespace'], labels['pod'],
                                        labels['container'],
                                        labels['device_uuid']))
-        grants = {(l['pod'], l['container_index']): v for l, v in found[
+        grants = {(lb['pod'], lb['container_index']): v for lb, v in found[
             'hami_vgpu_memory_allocated_bytes']}
         self.assertEqual({('p1', '0'): 4096 << 20}, grants)
         self.assertEqual(38, found[
             'amdgpu_virt_vgpu_compute_units_allocated'][0][1])
-        shared = {l['device_uuid']: v for l, v in found[
+        shared = {lb['device_uuid']: v for lb, v in found[
             'hami_gpu_shared_count']}
         self.assertEqual({self.units[0].uuid: 0, unit.uuid: 1}, shared)
-        ratio = {l['device_uuid']: v for l, v in found[
+        ratio = {lb['device_uuid']: v for lb, v in found[
             'hami_gpu_core_allocated_ratio']}
         self.assertEqual(12.5, ratio[unit.uuid])
 
@@ -145,7 +145,7 @@ class CollectorTest(testtools.TestCase):
         os.unlink(os.path.join(simnode.device_dir(self.root, self.gpu),
                                'mem_info_vram_used'))
         found = samples(collector)
-        errors = {l['source']: v for l, v in found[
+        errors = {lb['source']: v for lb, v in found[
             'amdgpu_virt_node_telemetry_errors_total']}
         self.assertEqual({'pods': 1, 'enforcement': 2, 'vram': 1}, errors)
         self.assertEqual(1, len(found['hami_host_gpu_memory_used_bytes']))
