@@ -14,6 +14,13 @@ With a role ledger (:mod:`amdgpu_virt.k8s.node.roles`), each registration
 reads the ledger again and lists only the GPUs it gives to Kubernetes on
 this node: a GPU moved to another role leaves the annotation at the next
 registration, which is what ``amdgpu-virt move`` waits for.
+
+Made by :func:`from_conf`, the agent judges GPU health with a
+:class:`~amdgpu_virt.k8s.node.health.HealthMonitor` (an unhealthy unit is
+registered ``health: false`` with ``custominfo.healthReason``), publishes
+it on the node (:mod:`amdgpu_virt.k8s.node.healthpublish`) and, once
+started, serves the node's metrics (:mod:`amdgpu_virt.k8s.node.telemetry`)
+on ``[telemetry] metrics_port``.
 """
 
 from __future__ import annotations
