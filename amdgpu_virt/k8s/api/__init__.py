@@ -2,9 +2,10 @@
 
 Face: :mod:`.client` (clients from the ``[kubernetes]`` options and
 :func:`~.client.call`, the one place transport and API errors become the
-project's), :mod:`.labels` (label values) and :mod:`.httpserver` (the
-server for hostile clients that the webhook and the extender share).
+project's), :mod:`.labels` (label values), :mod:`.events` (Events on a
+Node) and :mod:`.httpserver` (the server for hostile clients that the
+webhook, the extender and the node metrics share).
 Every component may import it; it imports no component.
 """
 
-__all__ = ['client', 'httpserver', 'labels']
+__all__ = ['client', 'events', 'httpserver', 'labels']

@@ -30,6 +30,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from amdgpu_virt import exception
+from amdgpu_virt.k8s.api import events
 
 LOG = logging.getLogger(__name__)
 
@@ -115,26 +116,14 @@ def current_condition(node: Mapping[str, Any]) -> dict[str, Any] | None:
 def event_body(node: Mapping[str, Any], address: str, reason: str,
                sick: bool, now: str) -> dict[str, Any]:
     """The Event of a GPU turning unhealthy (or healthy) on the Node."""
-    meta = node.get('metadata') or {}
-    name = str(meta.get('name', ''))
     digest = hashlib.sha256(('%s|%s|%s' % (address, sick, reason))
                             .encode()).hexdigest()[:12]
     message = ('GPU %s is unhealthy: %s; its units are listed Unhealthy '
                'and no new work is placed on it' % (address, reason)
                if sick else 'GPU %s is healthy again' % address)
-    return {
-        'apiVersion': 'v1', 'kind': 'Event',
-        'metadata': {'name': '%s.gpu-health.%s' % (name, digest),
-                     'namespace': 'default'},
-        'involvedObject': {'apiVersion': 'v1', 'kind': 'Node', 'name': name,
-                           'uid': meta.get('uid')},
-        'reason': EVENT_SICK if sick else EVENT_WELL,
-        'type': 'Warning' if sick else 'Normal',
-        'message': message,
-        'source': {'component': COMPONENT, 'host': name},
-        'firstTimestamp': now, 'lastTimestamp': now, 'count': 1,
-        'reportingComponent': COMPONENT, 'reportingInstance': name,
-    }
+    return events.node_event(
+        node, 'gpu-health.%s' % digest, EVENT_SICK if sick else EVENT_WELL,
+        'Warning' if sick else 'Normal', message, COMPONENT, now)
 
 
 def _now() -> str:

@@ -7,36 +7,14 @@ method answers 404 or 405 without reading the node.
 
 from __future__ import annotations
 
-import http.server
-import json
-import logging
-from typing import Any
-
 import prometheus_client
 
 from amdgpu_virt.k8s.api import httpserver
 from amdgpu_virt.k8s.node import telemetry
 
-LOG = logging.getLogger(__name__)
-
-
-class _Handler(http.server.BaseHTTPRequestHandler):
-    protocol_version = 'HTTP/1.1'
-    disable_nagle_algorithm = True
+class _Handler(httpserver.Handler):
+    log_name = 'metrics'
     server: _MetricsServer  # type: ignore[assignment]
-
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
-        LOG.debug('metrics %s - %s', self.address_string(), format % args)
-
-    def _send(self, code: int, data: bytes, content_type: str) -> None:
-        self.send_response(code)
-        self.send_header('Content-Type', content_type)
-        self.send_header('Content-Length', str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def _json(self, code: int, body: Any) -> None:
-        self._send(code, json.dumps(body).encode(), 'application/json')
 
     def do_GET(self) -> None:
         path = self.path.split('?')[0].rstrip('/')
