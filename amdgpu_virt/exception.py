@@ -311,3 +311,7 @@ class HookInstallBusy(HookInstallError):
     msg_fmt = ('Cannot install the memory-limit hook library at %(path)s: '
                'another install held its directory\'s lock for '
                '%(seconds)s seconds; run the same command again')
+
+
+class TelemetryError(AmdgpuVirtError):
+    msg_fmt = 'Node telemetry source %(source)s: %(reason)s'

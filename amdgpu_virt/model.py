@@ -182,6 +182,59 @@ class VirtualFunction:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class RasCount:
+    """The RAS error counts of one IP block of a GPU (amdgpu's
+    ``ras/<block>_err_count``): cumulative since the driver loaded."""
+
+    block: str
+    uncorrectable: int = 0
+    correctable: int = 0
+    #: deferred errors (newer kernels, UMC only)
+    deferred: int = 0
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class GpuHealth:
+    """What a host read about one GPU's health.
+
+    :ivar ras: the RAS counts per block, in block order (empty when the
+        host shows none: a GPU not driven by amdgpu, a kernel or firmware
+        without RAS).
+    :ivar unhealthy: why the host judged the GPU unhealthy with its own
+        thresholds (a node agent); empty when it did not judge or found it
+        healthy.
+    """
+
+    ras: tuple[RasCount, ...] = ()
+    unhealthy: str = ''
+
+    @property
+    def uncorrectable(self) -> int:
+        return sum(count.uncorrectable for count in self.ras)
+
+    @property
+    def correctable(self) -> int:
+        return sum(count.correctable for count in self.ras)
+
+    def problem(self, max_uncorrectable: int | None = 0) -> str | None:
+        """Why the GPU is not fit for new work, or None.
+
+        :param max_uncorrectable: uncorrectable errors a healthy GPU may
+            have (``[health] max_uncorrectable``); None: do not judge the
+            counts.
+        """
+        if self.unhealthy:
+            return self.unhealthy
+        if max_uncorrectable is not None and \
+                self.uncorrectable > max_uncorrectable:
+            blocks = ', '.join('%s %d' % (c.block, c.uncorrectable)
+                               for c in self.ras if c.uncorrectable)
+            return '%d uncorrectable RAS errors (%s), more than %d' % (
+                self.uncorrectable, blocks, max_uncorrectable)
+        return None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class Gpu:
     """One physical GPU (its PCI physical function) and what it exposes."""
 
@@ -208,6 +261,8 @@ class Gpu:
     vfs: tuple[VirtualFunction, ...] = ()
     partitions: tuple[Partition, ...] = ()
     hive_id: int | None = None
+    #: RAS counts and verdict, when the host could read them
+    health: GpuHealth | None = None
 
     @property
     def id(self) -> str:

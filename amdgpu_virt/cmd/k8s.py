@@ -71,9 +71,14 @@ class Agent(command.Command):
 
     Runs until SIGTERM/SIGINT, writing hami.io/node-amd-register and the
     amd.com/gpu.* node labels every [kubernetes] registration_interval
-    seconds. Reads [inventory], [kubernetes] (node_name, kubeconfig,
-    share_count, allocation_mode, vgpu_library, ledger_source) and [pool]
-    (the ledger ConfigMap). Without a loadable vgpu_library it registers
+    seconds, with each GPU's health ([health]: device nodes, RAS
+    counters, optionally AMD's exporter); an unhealthy GPU is registered
+    health: false and shown on the node (label amdgpu-virt.io/gpu-health,
+    condition AMDGPUUnhealthy, an Event). Serves the node's Prometheus
+    metrics on [telemetry] metrics_port. Reads [inventory], [kubernetes]
+    (node_name, kubeconfig, share_count, allocation_mode, vgpu_library,
+    ledger_source), [health], [telemetry] and [pool] (the ledger
+    ConfigMap). Without a loadable vgpu_library it registers
     whole GPUs only, labels the node amdgpu-virt.io/memory-hook=unavailable
     and records a Warning event on it.
     """

@@ -282,12 +282,15 @@ class Audit(lister.Lister):
     Kubernetes API. Lists the findings (columns Host, GPU, Severity,
     Finding, Detail) in any -f format, with -c to choose columns; -f json
     or -f yaml without -c prints the whole report (counts, findings,
-    warnings). Exit status: 0 consistent; 1 a conflict (a GPU offered or
-    used by both clouds); 3 drift only (a side differs from the ledger,
-    no conflict); 69 Placement, Nova or the Kubernetes API unreachable
-    (nothing audited); other errors as in amdgpu-virt --help (64 usage,
-    65 bad input, 66 missing input, 70 internal, 76 API error, 78
-    configuration).
+    warnings). A GPU with more uncorrectable RAS errors in its host
+    inventory than [health] max_uncorrectable, or registered unhealthy by
+    its node, is "unhealthy" (drift), or "unhealthy-in-use" (a conflict)
+    while a VM or pod uses it. Exit status: 0 consistent; 1 a conflict (a
+    GPU offered or used by both clouds, or used while unhealthy); 3 drift
+    only (a side differs from the ledger, no conflict); 69 Placement,
+    Nova or the Kubernetes API unreachable (nothing audited); other
+    errors as in amdgpu-virt --help (64 usage, 65 bad input, 66 missing
+    input, 70 internal, 76 API error, 78 configuration).
     """
 
     conflicts = False
@@ -319,8 +322,9 @@ class Audit(lister.Lister):
                       if not off)
         observations, warnings = collect(self.app, ledger, inventories,
                                          'nova' in sides, 'k8s' in sides)
-        report = crossaudit.audit(ledger, inventories.values(),
-                                  observations, sides)
+        report = crossaudit.audit(
+            ledger, inventories.values(), observations, sides,
+            av_main.app_conf(self.app).health.max_uncorrectable)
         for warning in warnings:
             self.app.stderr.write('warning: %s\n' % warning)
         self.report, self.sides, self.warnings = report, sides, warnings

@@ -16,6 +16,10 @@ of a ``--ledger`` state file (see :mod:`amdgpu_virt.policy.running`):
     the Placement API of ``[nova]`` (``placement_endpoint`` and ``token``,
     or ``cloud``): the instances holding VFs or whole GPUs.
 
+Unhealthy GPUs (the nodes' registrations with ``health: false``, host
+inventories with uncorrectable RAS errors) are kept occupied: no new work
+is planned onto them.
+
 Nothing is written to either cloud.
 """
 
@@ -96,6 +100,7 @@ def read(app: Any, args: argparse.Namespace, hosts: Sequence[HostInventory],
     conf = av_main.app_conf(app)
     chosen = sources_of(args)
     holdings: list[running.Holding] = []
+    unhealthy: dict[tuple[str, str], str] = {}
     notes: list[str] = []
     if K8S in chosen:
         from amdgpu_virt.k8s.api import client as k8s_client
@@ -109,14 +114,16 @@ def read(app: Any, args: argparse.Namespace, hosts: Sequence[HostInventory],
             if ledger is None:
                 notes.append('no %s: the GPUs that run something take the '
                              'role of what runs there' % where)
-        holdings += k8s_running.LiveKubernetes(
+        live_k8s = k8s_running.LiveKubernetes(
             api, conf.kubernetes.namespace, conf.dra.driver_name,
-            conf.kubernetes.resource_name).holdings(hosts)
+            conf.kubernetes.resource_name)
+        holdings += live_k8s.holdings(hosts)
+        unhealthy.update(live_k8s.unhealthy())
     if PLACEMENT in chosen:
         from amdgpu_virt.cmd import nova as cmd_nova
         from amdgpu_virt.nova import running as nova_running
 
         holdings += nova_running.holdings(
             cmd_nova.load_backend(app).reader(), hosts)
-    return Live(running.placements(conf, hosts, ledger, holdings),
-                tuple(notes))
+    return Live(running.placements(conf, hosts, ledger, holdings,
+                                   unhealthy), tuple(notes))

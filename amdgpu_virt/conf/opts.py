@@ -21,6 +21,8 @@ _MODULES = (
     'pool',
     'scheduler',
     'dra',
+    'health',
+    'telemetry',
 )
 
 

@@ -82,3 +82,39 @@ GENERATION_ID = 'generation_id'
 SYSTEM_PROPERTIES = 'system_properties'
 #: SIMDs per CU on every CDNA GPU
 SIMD_PER_CU = 4
+
+# --- telemetry and RAS of a PF bound to amdgpu -----------------------------
+
+#: bytes of VRAM in use, ``%llu``
+MEM_INFO_VRAM_USED = 'mem_info_vram_used'
+#: load of the GPU's cores as the SMU computes it, 0..100
+GPU_BUSY_PERCENT = 'gpu_busy_percent'
+#: load of the memory controller, 0..100
+MEM_BUSY_PERCENT = 'mem_busy_percent'
+#: the device's hwmon directory (one ``hwmon<N>`` child)
+HWMON_DIR = 'hwmon'
+HWMON_CLASS = 'class/hwmon'
+HWMON_NAME = 'name'
+#: ``temp<N>_input`` (millidegrees Celsius) and ``temp<N>_label``
+#: (``edge``, ``junction``, ``mem``): MI300-class GPUs hide temp1 (edge)
+TEMP_INPUT = 'temp%d_input'
+TEMP_LABEL = 'temp%d_label'
+#: socket power in microwatts: MI300-class GPUs have only the
+#: instantaneous ``power1_input``, older ones ``power1_average``
+POWER_AVERAGE = 'power1_average'
+POWER_INPUT = 'power1_input'
+#: the RAS directory: ``<block>_err_count`` files (``ue: N``, ``ce: M``,
+#: newer kernels ``de: D``) and ``features`` (``feature mask: 0x...``)
+RAS_DIR = 'ras'
+RAS_COUNT_SUFFIX = '_err_count'
+RAS_FEATURES = 'features'
+
+# --- cgroup v2 (below the sysfs root) --------------------------------------
+
+CGROUP_ROOT = 'fs/cgroup'
+CGROUP_CONTROLLERS = 'cgroup.controllers'
+DMEM_CAPACITY = 'dmem.capacity'
+DMEM_CURRENT = 'dmem.current'
+DMEM_MAX = 'dmem.max'
+#: the dmem region amdgpu registers for a GPU's VRAM
+DMEM_VRAM_REGION = 'drm/%s/vram'

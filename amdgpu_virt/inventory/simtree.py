@@ -12,16 +12,19 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 
 from amdgpu_virt import catalog
 from amdgpu_virt import exception
 from amdgpu_virt.inventory import layout
+from amdgpu_virt.inventory import readings
 from amdgpu_virt.model import Driver
 from amdgpu_virt.model import Gpu
 from amdgpu_virt.model import HostInventory
 from amdgpu_virt.model import MIB
 from amdgpu_virt.model import Partition
 from amdgpu_virt.model import PciAddress
+from amdgpu_virt.model import RasCount
 
 #: KFD lists this many CPU nodes before the GPUs
 CPU_NODES = 2
@@ -65,6 +68,27 @@ KFD_NODE_KEYS = (
     'max_engine_clk_ccompute')
 
 
+#: what an idle GPU shows: VRAM the driver holds, sensors, socket power
+IDLE_VRAM_USED = 283115520
+IDLE_TEMPERATURES = {'edge': 32000, 'junction': 35000, 'mem': 30000}
+IDLE_POWER_MICROWATTS = 140000000
+
+
+def multi_aid(gpu: Gpu) -> bool:
+    """MI300-class (CDNA3/CDNA4): hwmon hides temp1 (edge) and offers only
+    the instantaneous ``power1_input``."""
+    return gpu.model.family in ('CDNA3', 'CDNA4')
+
+
+def ras_features(gpu: Gpu) -> int:
+    """The ``ras/features`` mask of the blocks ``gpu.health`` lists."""
+    mask = 0
+    for count in gpu.health.ras if gpu.health else ():
+        if count.block in readings.RAS_BLOCKS:
+            mask |= 1 << readings.RAS_BLOCKS.index(count.block)
+    return mask
+
+
 def _pci_name(address: PciAddress) -> str:
     return str(address)
 
@@ -92,18 +116,25 @@ class _TreeWriter:
         full = self.path(rel)
         data = ('%s\n' % (value,)).encode('ascii')
         try:
-            fd = os.open(full, os.O_RDONLY)
-        except FileNotFoundError:
+            # never blocks: a FIFO planted where a file belongs is replaced
+            fd = os.open(full, os.O_RDONLY | os.O_NONBLOCK)
+        except OSError:
+            # missing, or a dangling or looping link planted there
+            if os.path.islink(full):
+                os.unlink(full)
             self._ensure_dir(os.path.dirname(full))
         else:
             try:
-                current = os.read(fd, len(data) + 1)
+                regular = stat.S_ISREG(os.fstat(fd).st_mode)
+                current = os.read(fd, len(data) + 1) if regular else b''
             except OSError:
                 current = b''
             finally:
                 os.close(fd)
             if current == data:
                 return
+            if not regular:
+                os.unlink(full)
         fd = os.open(full, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
             os.write(fd, data)
@@ -148,6 +179,7 @@ class _HostWriter:
         self.tree = _TreeWriter(root)
         self.legacy_xcp_names = legacy_xcp_names
         self.next_xcp = 0
+        self.next_hwmon = 0
 
     # PCI ------------------------------------------------------------------
 
@@ -249,7 +281,37 @@ class _HostWriter:
             tree.write(path + '/' + layout.UNIQUE_ID, gpu.unique_id)
         if gpu.product_name is not None:
             tree.write(path + '/' + layout.PRODUCT_NAME, gpu.product_name)
+        self.telemetry(path, gpu)
         self.drm_minors(path, gpu)
+
+    def telemetry(self, path: str, gpu: Gpu) -> None:
+        """An idle GPU's telemetry, its hwmon sensors and its RAS counts."""
+        tree = self.tree
+        tree.write(path + '/' + layout.MEM_INFO_VRAM_USED, IDLE_VRAM_USED)
+        tree.write(path + '/' + layout.GPU_BUSY_PERCENT, 0)
+        tree.write(path + '/' + layout.MEM_BUSY_PERCENT, 0)
+        name = 'hwmon%d' % self.next_hwmon
+        self.next_hwmon += 1
+        monitor = '%s/%s/%s' % (path, layout.HWMON_DIR, name)
+        tree.write(monitor + '/' + layout.HWMON_NAME, 'amdgpu')
+        sensors = (('junction', 2), ('mem', 3)) if multi_aid(gpu) else (
+            ('edge', 1), ('junction', 2), ('mem', 3))
+        for label, index in sensors:
+            tree.write(monitor + '/' + layout.TEMP_INPUT % index,
+                       IDLE_TEMPERATURES[label])
+            tree.write(monitor + '/' + layout.TEMP_LABEL % index, label)
+        tree.write(monitor + '/' + (layout.POWER_INPUT if multi_aid(gpu)
+                                    else layout.POWER_AVERAGE),
+                   IDLE_POWER_MICROWATTS)
+        tree.link(layout.HWMON_CLASS + '/' + name, monitor)
+        if gpu.health is None:
+            return
+        ras = path + '/' + layout.RAS_DIR
+        tree.write(ras + '/' + layout.RAS_FEATURES,
+                   'feature mask: 0x%x' % ras_features(gpu))
+        for count in gpu.health.ras:
+            tree.write(ras + '/' + count.block + layout.RAS_COUNT_SUFFIX,
+                       ras_text(count))
 
     # DRM --------------------------------------------------------------------
 
@@ -343,6 +405,15 @@ class _HostWriter:
         if self.inventory.gim_version is not None:
             self.tree.write(layout.GIM_VERSION, self.inventory.gim_version)
             self.tree.mkdir(layout.PCI_DRIVERS + '/gim')
+
+
+def ras_text(count: RasCount) -> str:
+    """A ``<block>_err_count`` file as the kernel prints it (no newline);
+    the ``de:`` line only when there are deferred errors."""
+    text = 'ue: %d\nce: %d' % (count.uncorrectable, count.correctable)
+    if count.deferred:
+        text += '\nde: %d' % count.deferred
+    return text
 
 
 def _driver_name(driver: Driver) -> str | None:

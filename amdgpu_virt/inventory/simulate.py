@@ -22,7 +22,12 @@ Facts followed (see the hardware notes in the documentation):
 * minors go to amdgpu-bound GPUs in probe order: GPUs bound to ``gim`` or
   ``vfio-pci`` take none, so they do not shift the minors of the others;
 * GPUs without partitions (MI210, MI250X) take consecutive minors;
-* KFD lists two CPU nodes first, then one node per partition.
+* KFD lists two CPU nodes first, then one node per partition;
+* a GPU bound to amdgpu shows its RAS counts (all 0) for the blocks of
+  :data:`RAS_BLOCKS`, idle telemetry (``mem_info_vram_used``,
+  ``gpu_busy_percent``) and hwmon sensors named by label (MI300-class:
+  junction and mem, socket power in ``power1_input``); change them while
+  a test runs with :mod:`amdgpu_virt.inventory.simnode`.
 """
 
 from __future__ import annotations
@@ -37,10 +42,12 @@ from amdgpu_virt.inventory import simtree
 from amdgpu_virt.inventory.simtree import write_tree
 from amdgpu_virt.model import Driver
 from amdgpu_virt.model import Gpu
+from amdgpu_virt.model import GpuHealth
 from amdgpu_virt.model import GpuModel
 from amdgpu_virt.model import HostInventory
 from amdgpu_virt.model import Partition
 from amdgpu_virt.model import PciAddress
+from amdgpu_virt.model import RasCount
 from amdgpu_virt.model import VirtualFunction
 
 BARE_MODES = ('spx', 'dpx', 'tpx', 'qpx', 'cpx')
@@ -57,6 +64,9 @@ MAX_CARD_MINOR = layout.MAX_CARD_MINOR
 MINORS_PER_GPU = layout.MINORS_PER_GPU
 #: what the VBIOS reports beyond the nominal size (MI300X: 206141652992 B)
 VRAM_SHORTFALL_MIB = 16
+#: the RAS blocks an Instinct GPU under amdgpu shows (``ras/<block>_err_
+#: count``), in the kernel's order
+RAS_BLOCKS = ('umc', 'sdma', 'gfx', 'mmhub', 'pcie_bif', 'hdp', 'xgmi_wafl')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -225,7 +235,8 @@ def design_host(spec: HostSpec) -> HostInventory:
         base = dataclasses.replace(
             base, driver=Driver.AMDGPU, compute_units=model.compute_units,
             vram_mib=vram_mib, unique_id=uid,
-            product_name=model.product_name, sriov_numvfs=sriov_numvfs)
+            product_name=model.product_name, sriov_numvfs=sriov_numvfs,
+            health=GpuHealth(ras=tuple(RasCount(b) for b in RAS_BLOCKS)))
         if model.partition_modes:
             count = catalog.partitions_in_mode(model, mode)
             render_base, card_base = next_render, next_card

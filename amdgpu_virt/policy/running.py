@@ -27,6 +27,11 @@ is planned onto a GPU a live consumer holds):
   placement named ``held/<host>/<address>`` holding what is left of it;
 * a whole device (a GPU or partition claim) on a ``k8s-shared`` GPU keeps
   all of it, with a warning;
+* an unhealthy GPU (more uncorrectable RAS errors in its host inventory
+  than ``[health] max_uncorrectable``, a verdict of its node, or a cloud
+  reporting it unhealthy) is kept occupied whatever runs there (its
+  ``held/`` placement says why), or idle without a role: no new work is
+  planned onto it, with a warning;
 * a GPU that runs a consumer but has no role in the ledger takes the role
   of what runs there (Kubernetes whole GPU or partition:
   ``k8s-dedicated``, Kubernetes slice: ``k8s-shared``, Nova VF:
@@ -42,7 +47,7 @@ one GPU's consumers by its role is :mod:`~amdgpu_virt.policy.livebooking`.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from oslo_config import cfg
 
@@ -104,14 +109,38 @@ def _merged(holdings: Sequence[Holding]) -> list[Holding]:
     return list(merged.values())
 
 
+def unhealthy_gpus(hosts: Sequence[HostInventory],
+                   max_uncorrectable: int | None,
+                   reported: Mapping[tuple[str, str], str] | None = None
+                   ) -> dict[tuple[str, str], str]:
+    """(host, GPU address) -> why it is unhealthy: by its host inventory's
+    health, and as a cloud ``reported`` it."""
+    sick: dict[tuple[str, str], list[str]] = {}
+    for inventory in hosts:
+        for gpu in inventory.gpus:
+            problem = gpu.health.problem(max_uncorrectable) \
+                if gpu.health is not None else None
+            if problem:
+                sick.setdefault((inventory.hostname, str(gpu.address)),
+                                []).append(problem)
+    for key, reason in sorted((reported or {}).items()):
+        sick.setdefault(key, []).append(reason)
+    return {key: '; '.join(reasons) for key, reasons in sick.items()}
+
+
 def placements(conf: cfg.ConfigOpts, hosts: Sequence[HostInventory],
                ledger: av_ledger.Ledger | None,
-               holdings: Iterable[Holding]) -> Running:
+               holdings: Iterable[Holding],
+               unhealthy: Mapping[tuple[str, str], str] | None = None
+               ) -> Running:
     """The running placements of ``holdings`` on ``hosts``.
 
     :param ledger: the GPU roles (the ledger ConfigMap or file); None when
         there is none (every GPU that runs something then takes the role
         of what runs there).
+    :param unhealthy: (host, GPU address) -> why a cloud reports it
+        unhealthy; the hosts' inventories are judged too (``[health]
+        max_uncorrectable``).
     :raises PlanError: the ledger does not match the inventories (naming
         the entry), as for ``plan --ledger``.
     """
@@ -151,6 +180,13 @@ def placements(conf: cfg.ConfigOpts, hosts: Sequence[HostInventory],
             continue
         per_gpu.setdefault(key, []).append(h)
     per_gpu = {key: _merged(items) for key, items in per_gpu.items()}
+    sick = {key: why for key, why in unhealthy_gpus(
+        hosts, conf.health.max_uncorrectable, unhealthy).items()
+        if key in gpus}
+    for key, why in sorted(sick.items()):
+        warnings.append(LiveWarning(key[0], key[1], '-', 'unhealthy (%s): '
+                                    'no new work is planned onto it' % why))
+        blocked.setdefault(key, []).append('unhealthy: %s' % why)
 
     ledger = _fit_ledger(ledger, hosts, warnings)
     engine = av_engine.Engine(conf)
@@ -233,6 +269,9 @@ def _with_roles(conf: cfg.ConfigOpts, hosts: Sequence[HostInventory],
         if holdings:
             message = 'the GPU has no role in the ledger; it takes role %s ' \
                 'from what runs there%s' % (final.value, why)
+        elif any(b.startswith('unhealthy: ') for b in blocked.get(key, ())):
+            message = 'the GPU has no role in the ledger and is ' \
+                'unhealthy: it is kept idle'
         else:
             message = 'the GPU has no role in the ledger and what runs ' \
                 'there is unknown: it is kept idle'

@@ -13,6 +13,13 @@ Severities:
   VF count, partition mode), or a side does not offer a GPU the ledger
   gives it (stranded capacity).
 * ``info``: GPUs without a role, idle GPUs.
+
+Health: a GPU whose host inventory carries more uncorrectable RAS errors
+than allowed (``max_uncorrectable``, the ``[health]`` option) or a
+verdict of its node, or that a side reports unhealthy (a node
+registration entry with ``health: false``), is ``unhealthy`` (drift: it
+needs repair, it is not stranded); one that a consumer still uses (a VM
+on one of its VFs, a pod on it) is ``unhealthy-in-use``, a conflict.
 """
 
 from __future__ import annotations
@@ -44,6 +51,8 @@ class FindingKind(str, enum.Enum):
     NOT_IN_LEDGER = 'not-in-ledger'
     UNKNOWN_GPU = 'unknown-gpu'
     IDLE = 'idle'
+    UNHEALTHY = 'unhealthy'
+    UNHEALTHY_IN_USE = 'unhealthy-in-use'
 
 
 SEVERITY = {
@@ -51,6 +60,8 @@ SEVERITY = {
     FindingKind.DOUBLE_USE: 'conflict',
     FindingKind.OFFER_AGAINST_LEDGER: 'conflict',
     FindingKind.USE_AGAINST_LEDGER: 'conflict',
+    FindingKind.UNHEALTHY_IN_USE: 'conflict',
+    FindingKind.UNHEALTHY: 'drift',
     FindingKind.REALITY_DIFFERS: 'drift',
     FindingKind.NOT_OFFERED: 'drift',
     FindingKind.UNKNOWN_GPU: 'drift',
@@ -150,6 +161,7 @@ def _side_findings(host: str, address: PciAddress,
             % (', '.join(seen['nova'].consumers),
                ', '.join(seen['k8s'].consumers)))
     owner = assignment.role.side if assignment else None
+    sick = owner in seen and bool(seen[owner].unhealthy) if owner else False
     for side in SIDES:
         if side == owner or side not in seen:
             continue
@@ -161,21 +173,51 @@ def _side_findings(host: str, address: PciAddress,
         elif seen[side].offered:
             add(FindingKind.OFFER_AGAINST_LEDGER, '%s offers it (%s) but %s'
                 % (side, seen[side].detail, why))
-    if owner and owner in sides and not (owner in seen
-                                         and seen[owner].offered):
+    if owner and owner in sides and not sick and not (
+            owner in seen and seen[owner].offered):
         add(FindingKind.NOT_OFFERED, 'ledger gives it to %s (%s) but %s does '
             'not offer it: stranded capacity' % (
                 owner, assignment.role.value if assignment else '', owner))
     return found
 
 
+def health_findings(host: str, address: PciAddress, gpu: Gpu | None,
+                    seen: Mapping[str, SideObservation],
+                    max_uncorrectable: int | None) -> list[Finding]:
+    """``unhealthy`` or ``unhealthy-in-use`` when the host inventory or a
+    side says the GPU is sick."""
+    reasons = []
+    if gpu is not None and gpu.health is not None:
+        problem = gpu.health.problem(max_uncorrectable)
+        if problem:
+            reasons.append('host: %s' % problem)
+    for side in SIDES:
+        if side in seen and seen[side].unhealthy:
+            reasons.append('%s: %s' % (side, seen[side].unhealthy))
+    if not reasons:
+        return []
+    users = [(s, seen[s].consumers) for s in SIDES
+             if s in seen and seen[s].in_use]
+    if users:
+        return [Finding(host, address, FindingKind.UNHEALTHY_IN_USE,
+                        'unhealthy (%s) but in use by %s' % (
+                            '; '.join(reasons), '; '.join(
+                                '%s %s' % (s, ', '.join(c))
+                                for s, c in users)))]
+    return [Finding(host, address, FindingKind.UNHEALTHY,
+                    'unhealthy: %s' % '; '.join(reasons))]
+
+
 def audit(ledger: Ledger, inventories: Iterable[HostInventory],
           observations: Iterable[SideObservation],
-          sides: Iterable[str] = SIDES) -> AuditReport:
+          sides: Iterable[str] = SIDES,
+          max_uncorrectable: int | None = 0) -> AuditReport:
     """Compare the ledger with the hosts and with what each side reports.
 
     :param sides: the sides that were asked; a GPU the ledger gives to a
         side not asked is not reported as not offered.
+    :param max_uncorrectable: uncorrectable RAS errors a healthy GPU may
+        have in its host inventory; None: do not judge them.
 
     :returns: an :class:`AuditReport` whose findings are sorted by host,
         address and kind.
@@ -211,6 +253,9 @@ def audit(ledger: Ledger, inventories: Iterable[HostInventory],
                                         'GPU is idle: stranded capacity'))
         findings.extend(_side_findings(host, address, assignment,
                                        seen.get(key, {}), asked))
+        findings.extend(health_findings(host, address, gpu,
+                                        seen.get(key, {}),
+                                        max_uncorrectable))
     offered = {s: sum(1 for v in seen.values() if s in v and v[s].offered)
                for s in SIDES}
     in_use = {s: sum(1 for v in seen.values() if s in v and v[s].in_use)

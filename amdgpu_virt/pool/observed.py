@@ -23,6 +23,9 @@ class SideObservation:
     :param consumers: who uses it now (Placement consumer UUIDs,
         ``namespace/pod`` names), sorted.
     :param detail: what the side calls it (provider name, device id).
+    :param unhealthy: why the side reports the GPU unhealthy (a node
+        registration entry with ``health: false`` and its
+        ``healthReason``); empty when it does not.
     """
 
     side: str
@@ -32,6 +35,7 @@ class SideObservation:
     capacity: int = 0
     consumers: tuple[str, ...] = ()
     detail: str = ''
+    unhealthy: str = ''
 
     @property
     def in_use(self) -> bool:

@@ -18,8 +18,10 @@ from amdgpu_virt.inventory.sysfs.files import KFD_NODES
 from amdgpu_virt.inventory.sysfs.files import KfdNode
 from amdgpu_virt.inventory.sysfs.files import PCI_DEVICES
 from amdgpu_virt.inventory.sysfs.files import Reader
+from amdgpu_virt.inventory.sysfs.telemetry import read_ras
 from amdgpu_virt.model import Driver
 from amdgpu_virt.model import Gpu
+from amdgpu_virt.model import GpuHealth
 from amdgpu_virt.model import GpuModel
 from amdgpu_virt.model import HostInventory
 from amdgpu_virt.model import MIB
@@ -145,7 +147,18 @@ class Scan(Reader):
             sriov_numvfs=self.optional(fn, layout.SRIOV_NUMVFS,
                                        parse.parse_int, 0, 0xffff),
             vfs=vfs, partitions=partitions,
-            hive_id=min(hive_ids) if hive_ids else None)
+            hive_id=min(hive_ids) if hive_ids else None,
+            health=self.health(fn))
+
+    def health(self, fn: Function) -> GpuHealth | None:
+        """The RAS counts of ``fn`` (None: it has no ``ras/``)."""
+        if layout.RAS_DIR not in fn.entries:
+            return None
+        counts, problems = read_ras(self.root, fn.name)
+        for _source, message in problems:
+            path, _sep, what = message.partition(': ')
+            self.warn(path, what)
+        return None if counts is None else GpuHealth(ras=counts)
 
     def virtual_functions(self, pfs: dict[PciAddress, Function],
                           vfs: dict[PciAddress, Function]

@@ -29,6 +29,7 @@ from amdgpu_virt import exception
 #: what a request can fail with below the HTTP answer
 #: the content type of a JSON merge patch (RFC 7386)
 MERGE_PATCH = 'application/merge-patch+json'
+STRATEGIC_MERGE_PATCH = 'application/strategic-merge-patch+json'
 
 TRANSPORT_ERRORS = (urllib3.exceptions.HTTPError, http.client.HTTPException,
                     OSError)

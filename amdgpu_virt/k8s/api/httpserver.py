@@ -213,6 +213,35 @@ def parse_json(data: bytes) -> Any:
         raise exception.HttpRequestError(reason=str(err)) from None
 
 
+# --- handlers ----------------------------------------------------------------
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    """A base for the handlers this server replays requests to: HTTP/1.1
+    with a length on every answer, no Nagle delay, access logs at debug
+    level under ``log_name``."""
+
+    protocol_version = 'HTTP/1.1'
+    # headers and body go out in two writes: without this, Nagle's
+    # algorithm and the client's delayed ACK add ~40 ms to small answers
+    disable_nagle_algorithm = True
+    log_name = 'http'
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        LOG.debug('%s %s - %s', self.log_name, self.address_string(),
+                  format % args)
+
+    def _send(self, code: int, data: bytes,
+              content_type: str = 'application/json') -> None:
+        self.send_response(code)
+        self.send_header('Content-Type', content_type)
+        self.send_header('Content-Length', str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _json(self, code: int, body: Any) -> None:
+        self._send(code, json.dumps(body).encode())
+
+
 # --- the server --------------------------------------------------------------
 
 class _Refused(Exception):

@@ -303,3 +303,16 @@ def units_of(device: DraDevice, units: Sequence[object]) -> list[object]:
     return [u for u in units
             if getattr(u, 'gpu_address', None) == address
             and getattr(u, 'partition', None) in device.partitions]
+
+
+def without(plan: DevicePlan, names: Iterable[str]) -> DevicePlan:
+    """``plan`` without the devices ``names`` (unhealthy ones), and
+    without the counter sets no remaining device consumes."""
+    gone = set(names)
+    if not gone:
+        return plan
+    devices = tuple(d for d in plan.devices if d.name not in gone)
+    used = {d.counter_set for d in devices if d.counter_set}
+    return DevicePlan(node=plan.node, devices=devices,
+                      counter_sets=tuple(c for c in plan.counter_sets
+                                         if c.name in used))

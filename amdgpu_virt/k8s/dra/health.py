@@ -3,8 +3,9 @@
 kubelet opens ``NodeWatchResources`` once and keeps the stream; every
 message must list every device of the driver (a device left out becomes
 Unknown after its timeout). A device is healthy when every ROCr unit it
-stands for passes the node's health check (the device plugin's: the
-unit's device nodes exist).
+stands for passes the node's health check (the device plugin's:
+:class:`amdgpu_virt.k8s.node.health.HealthMonitor`); the message of an
+unhealthy one says why.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import grpc
 
 from amdgpu_virt.k8s.dra import devices as dra_devices
 from amdgpu_virt.k8s.node import devices as unit_devices
+from amdgpu_virt.k8s.node import health as node_health
 from amdgpu_virt.k8s.proto.drahealth.v1 import api_pb2 as v1_pb2
 from amdgpu_virt.k8s.proto.drahealth.v1 import api_pb2_grpc as v1_grpc
 from amdgpu_virt.k8s.proto.drahealth.v1alpha1 import api_pb2 as v1a1_pb2
@@ -33,11 +35,13 @@ HealthCheck = Callable[[unit_devices.GpuUnit], bool]
 def device_health(plan: dra_devices.DevicePlan,
                   units: Sequence[unit_devices.GpuUnit],
                   check: HealthCheck) -> tuple[tuple[str, bool, str], ...]:
-    """(device name, healthy, message) of every published device."""
+    """(device name, healthy, message) of every published device; the
+    message says why (the check's reason) when it is unhealthy."""
     by_key = {(u.gpu_address, u.partition): u for u in units}
     out = []
     for device in plan.devices:
         bad = []
+        why = ''
         for part in device.partitions:
             unit = by_key.get((str(device.gpu.address), part))
             try:
@@ -47,9 +51,12 @@ def device_health(plan: dra_devices.DevicePlan,
                 healthy = False
             if not healthy:
                 bad.append(part)
+                if not why and unit is not None:
+                    why = node_health.reason_of(check, unit)
         message = '' if not bad else (
-            'GPU %s partition(s) %s: device nodes missing or check failed'
-            % (device.gpu.address, ', '.join(str(p) for p in bad)))
+            'GPU %s partition(s) %s: %s' % (
+                device.gpu.address, ', '.join(str(p) for p in bad),
+                why or 'device nodes missing or check failed'))
         out.append((device.name, not bad, message[:1024]))
     return tuple(out)
 

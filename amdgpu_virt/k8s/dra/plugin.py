@@ -20,9 +20,12 @@ its spec; an unknown claim unprepares successfully. Both are serialised
 A background loop re-reads the role ledger and the health of the GPUs
 every ``[dra] publish_interval`` seconds, republishes the node's
 ResourceSlices when what it offers changed (what it offers depends on
-what the API server keeps, see :mod:`.publish`; claims are prepared
-against what was published), sends health to kubelet, and serves the
-sockets again when one was removed. One refresh runs at a time
+what the API server keeps, see :mod:`.publish`, and an unhealthy device
+is not offered: it leaves the slices, and a claim not prepared yet that
+names it is refused; claims are prepared against what was published),
+sends health to kubelet (every device, the unhealthy ones included, with
+why), and serves the sockets again when one was removed. One refresh runs
+at a time
 (a lock of its own), so a refresh called while the loop's runs waits for
 it and the two never publish at once.
 """
@@ -34,7 +37,7 @@ import contextlib
 import logging
 import os
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import grpc
@@ -157,6 +160,44 @@ _V1 = _dra_servicer(v1_pb2, v1_grpc.DRAPluginServicer, True)
 _V1BETA1 = _dra_servicer(v1beta1_pb2, v1beta1_grpc.DRAPluginServicer, False)
 
 
+class _Reading:
+    """One reading of every unit's health: a health check (which may keep
+    rates and read files) is asked once per unit and refresh, whatever
+    layouts are planned from it."""
+
+    def __init__(self, check: node_health.HealthCheck,
+                 units: Sequence[unit_devices.GpuUnit]) -> None:
+        self.verdicts: dict[tuple[str, int], tuple[bool, str]] = {}
+        for unit in units:
+            try:
+                healthy = bool(check(unit))
+            except Exception:  # a failing check is not a healthy GPU
+                LOG.exception('Health check of GPU %s failed', unit.rocr_id)
+                healthy = False
+            self.verdicts[(unit.gpu_address, unit.partition)] = (
+                healthy, '' if healthy else node_health.reason_of(check,
+                                                                  unit))
+
+    def __call__(self, unit: unit_devices.GpuUnit) -> bool:
+        return self.verdicts.get((unit.gpu_address, unit.partition),
+                                 (False, ''))[0]
+
+    def reason(self, unit: unit_devices.GpuUnit) -> str:
+        return self.verdicts.get((unit.gpu_address, unit.partition),
+                                 (False, ''))[1]
+
+
+def _healthy(whole: dra_devices.DevicePlan,
+             units: Sequence[unit_devices.GpuUnit], health: _Reading
+             ) -> tuple[dra_devices.DevicePlan,
+                        tuple[tuple[str, bool, str], ...]]:
+    """``whole`` less its unhealthy devices, and every device's health
+    (name, healthy, why) for kubelet."""
+    entries = dra_health.device_health(whole, units, health)
+    return dra_devices.without(whole, (name for name, healthy, _why in
+                                       entries if not healthy)), entries
+
+
 class DraPlugin:
     """The DRA plugin of one node.
 
@@ -244,11 +285,15 @@ class DraPlugin:
                                 pcie_roots=self.pcie_roots, served=served,
                                 without_counters=self.without_counters)
 
-    def _use(self, plan: dra_devices.DevicePlan) -> None:
+    def _use(self, whole: dra_devices.DevicePlan, health: _Reading,
+             published: dra_devices.DevicePlan | None = None) -> None:
+        """Prepare against ``published`` (else ``whole`` less its unhealthy
+        devices) and tell kubelet the health of every device of
+        ``whole``, the unhealthy ones included."""
+        plan, entries = _healthy(whole, self.units, health)
         with self._lock:
-            self.plan = plan
-        self.board.update(self.node, dra_health.device_health(
-            plan, self.units, self.health_check))
+            self.plan = published if published is not None else plan
+        self.board.update(self.node, entries)
 
     def read_ledger(self) -> None:
         """Read the role ledger; keep the last good one when it fails."""
@@ -277,14 +322,19 @@ class DraPlugin:
         """
         with self._refreshing:
             self.read_ledger()
+            # the units' health is read once a refresh, for every layout
+            health = _Reading(self.health_check, self.units)
             # a ledger change reaches prepare even when publishing fails
-            self._use(self._plan())
+            self._use(self._plan(), health)
             if self.publisher is None:
                 return False
-            changed = self.publisher.publish(self._plan,
-                                             self.memory_step_mib)
+            changed = self.publisher.publish(
+                lambda served: _healthy(self._plan(served), self.units,
+                                        health)[0],
+                self.memory_step_mib)
             if self.publisher.plan is not None:
-                self._use(self.publisher.plan)
+                # the layout the API server keeps, as just learnt
+                self._use(self._plan(), health, self.publisher.plan)
             return changed
 
     # prepare / unprepare ----------------------------------------------------
@@ -457,7 +507,8 @@ def from_conf(conf: Any, inventory: model.HostInventory) -> DraPlugin:
         memory_step_mib=group.memory_step_mib,
         strategy=allocator.load_strategy(conf.sharing.cu_strategy),
         library=conf.kubernetes.vgpu_library,
-        health=node_health.device_node_health(conf.kubernetes.device_root),
+        health=node_health.monitor_from_conf(
+            conf, unit_devices.units_from_inventory(inventory)),
         health_timeout=group.health_timeout,
         interval=group.publish_interval,
         pcie_roots=sysfs.pcie_roots(conf.inventory.sysfs_root,

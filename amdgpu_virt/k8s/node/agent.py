@@ -14,11 +14,19 @@ With a role ledger (:mod:`amdgpu_virt.k8s.node.roles`), each registration
 reads the ledger again and lists only the GPUs it gives to Kubernetes on
 this node: a GPU moved to another role leaves the annotation at the next
 registration, which is what ``amdgpu-virt move`` waits for.
+
+Made by :func:`from_conf`, the agent judges GPU health with a
+:class:`~amdgpu_virt.k8s.node.health.HealthMonitor` (an unhealthy unit is
+registered ``health: false`` with ``custominfo.healthReason``), publishes
+it on the node (:mod:`amdgpu_virt.k8s.node.healthpublish`) and, once
+started, serves the node's metrics (:mod:`amdgpu_virt.k8s.node.telemetry`)
+on ``[telemetry] metrics_port``.
 """
 
 from __future__ import annotations
 
 import abc
+import functools
 import logging
 import threading
 from collections.abc import Mapping
@@ -29,9 +37,11 @@ from amdgpu_virt import exception
 from amdgpu_virt.k8s.api import client as k8s_client
 from amdgpu_virt.k8s.node import devices
 from amdgpu_virt.k8s.node import health as node_health
+from amdgpu_virt.k8s.node import healthpublish
 from amdgpu_virt.k8s.node import labels as node_labels
 from amdgpu_virt.k8s.node import memhook
 from amdgpu_virt.k8s.node import roles as noderoles
+from amdgpu_virt.k8s.node import telemetry
 from amdgpu_virt.sharing import hami
 
 LOG = logging.getLogger(__name__)
@@ -41,23 +51,27 @@ CONFLICT_RETRIES = 5
 
 
 def registration(units: Sequence[devices.GpuUnit], share_count: int,
-                 healthy: Mapping[str, bool]) -> tuple[hami.DeviceInfo, ...]:
+                 healthy: Mapping[str, bool],
+                 reasons: Mapping[str, str] | None = None
+                 ) -> tuple[hami.DeviceInfo, ...]:
     """The DeviceInfo of every unit, in unit order.
 
     :param healthy: unit uuid -> health; a missing uuid counts as healthy.
+    :param reasons: unit uuid -> why it is unhealthy (custominfo
+        ``healthReason`` of an unhealthy unit).
     """
     result = []
     for unit in units:
-        product = unit.product_name or 'AMD Instinct GPU'
-        if hami.AMD_TYPE_WORD not in product.lower():
-            # HAMi's scheduler only takes devices with "amd" in the type
-            product = 'AMD %s' % product
         custom: dict[str, Any] = {hami.CUSTOMINFO_PCI_BDF: unit.gpu_address}
         if unit.cu_unit > 1:
             custom[hami.CUSTOMINFO_CU_PER_WGP] = unit.cu_unit
+        reason = (reasons or {}).get(unit.uuid)
+        if not healthy.get(unit.uuid, True) and reason:
+            custom[hami.CUSTOMINFO_HEALTH_REASON] = reason
         result.append(hami.DeviceInfo(
             id=unit.uuid, index=unit.index, count=share_count,
-            devmem=unit.vram_mib, devcore=unit.compute_units, type=product,
+            devmem=unit.vram_mib, devcore=unit.compute_units,
+            type=unit.device_type,
             numa=unit.numa_node or 0,
             health=healthy.get(unit.uuid, True), devicevendor=VENDOR,
             custominfo=custom))
@@ -91,6 +105,22 @@ class NodeStore(abc.ABC):
         :raises KubernetesError: any other failure.
         """
         raise NotImplementedError('this node store cannot label nodes')
+
+    def set_condition(self, node: Mapping[str, Any],
+                      condition: Mapping[str, Any]) -> None:
+        """Write one condition of the node's status (merged by type).
+
+        :raises KubernetesError: it cannot be written.
+        """
+        raise NotImplementedError('this node store cannot write conditions')
+
+    def record_event(self, body: Mapping[str, Any]) -> None:
+        """Create an Event.
+
+        :raises KubernetesConflict: it exists already.
+        :raises KubernetesError: any other failure.
+        """
+        raise NotImplementedError('this node store cannot record events')
 
 
 class KubernetesNodeStore(NodeStore):
@@ -126,6 +156,21 @@ class KubernetesNodeStore(NodeStore):
                         self.api.patch_node, self.node_name, body,
                         _content_type=k8s_client.MERGE_PATCH,
                         _preload_content=False)
+
+    def set_condition(self, node: Mapping[str, Any],
+                      condition: Mapping[str, Any]) -> None:
+        # strategic merge: conditions merge on "type", kubelet's stay
+        body = {'status': {'conditions': [dict(condition)]}}
+        k8s_client.call('PATCH node status %s' % self.node_name,
+                        self.api.patch_node_status, self.node_name, body,
+                        _content_type=k8s_client.STRATEGIC_MERGE_PATCH,
+                        _preload_content=False)
+
+    def record_event(self, body: Mapping[str, Any]) -> None:
+        namespace = (body.get('metadata') or {}).get('namespace', 'default')
+        k8s_client.call('CREATE event %s' % (body.get('metadata') or {}).get(
+            'name'), self.api.create_namespaced_event, namespace, dict(body),
+            _preload_content=False)
 
 
 class NodeAgent:
@@ -163,6 +208,12 @@ class NodeAgent:
         #: the memory-limit hook verdict (set by from_conf; published on
         #: the node by memhook.publish)
         self.memory_hook: memhook.HookStatus | None = None
+        #: publishes the GPUs' health on the node (label, condition,
+        #: Events); None: not published
+        self.health_publisher: healthpublish.HealthPublisher | None = None
+        #: makes the metrics listener when the agent starts (None: none)
+        self.metrics: Any = None
+        self._metrics_server: Any = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -186,14 +237,20 @@ class NodeAgent:
                 ) -> tuple[hami.DeviceInfo, ...]:
         if units is None:
             units = self.offered_units()
-        healthy = {}
+        healthy: dict[str, bool] = {}
+        reasons: dict[str, str] = {}
         for unit in units:
             try:
                 healthy[unit.uuid] = bool(self.health(unit))
             except Exception:  # a failing check is not a healthy GPU
                 LOG.exception('Health check of GPU %s failed', unit.rocr_id)
                 healthy[unit.uuid] = False
-        return registration(units, self.share_count, healthy)
+                reasons[unit.uuid] = 'the health check failed'
+                continue
+            if not healthy[unit.uuid]:
+                reasons[unit.uuid] = node_health.reason_of(self.health,
+                                                           unit)
+        return registration(units, self.share_count, healthy, reasons)
 
     def sync_once(self) -> bool:
         """Register the node's GPUs if the node says otherwise.
@@ -205,6 +262,8 @@ class NodeAgent:
         desired = self.desired(units)
         if self.gpus is not None:
             self.sync_labels(node_labels.node_labels(self.gpus, units))
+        if self.health_publisher is not None:
+            self.publish_health(units, desired)
         for _attempt in range(CONFLICT_RETRIES):
             node = self.store.read()
             annotations = (node.get('metadata') or {}).get(
@@ -229,6 +288,21 @@ class NodeAgent:
         raise exception.KubernetesError(
             request='register GPUs on the node',
             reason='%d conflicts in a row' % CONFLICT_RETRIES)
+
+    def publish_health(self, units: Sequence[devices.GpuUnit],
+                       desired: Sequence[hami.DeviceInfo]) -> None:
+        """The registered GPUs' health on the node (label, condition,
+        Events); a failure is logged, the registration goes on."""
+        if self.health_publisher is None:
+            return
+        healthy = {info.id: info.health for info in desired}
+        reasons = {info.id: str(info.custominfo.get(
+            hami.CUSTOMINFO_HEALTH_REASON, '')) for info in desired}
+        try:
+            self.health_publisher.publish(healthpublish.node_health(
+                units, healthy, reasons))
+        except exception.KubernetesError as err:
+            LOG.warning('GPU health not published on the node: %s', err)
 
     def sync_labels(self, desired: Mapping[str, str]) -> bool:
         """Make the node's ``amd.com/gpu.*`` labels ``desired``.
@@ -274,6 +348,14 @@ class NodeAgent:
             reason='%d conflicts in a row' % CONFLICT_RETRIES)
 
     def start(self) -> NodeAgent:
+        """Start registering and, with ``metrics``, serving metrics.
+
+        :raises OSError: the metrics address cannot be bound.
+        """
+        if self.metrics is not None and self._metrics_server is None:
+            self._metrics_server = self.metrics().start()
+            LOG.info('Node metrics on %s:%d',
+                     *self._metrics_server.server_address[:2])
         self._stop.clear()
         self._thread = threading.Thread(target=self._run, daemon=True,
                                         name='node-agent')
@@ -285,6 +367,18 @@ class NodeAgent:
         if self._thread is not None:
             self._thread.join(timeout=10)
             self._thread = None
+        if self._metrics_server is not None:
+            self._metrics_server.shutdown()
+            self._metrics_server.server_close()
+            self._metrics_server = None
+
+    @property
+    def metrics_address(self) -> tuple[str, int] | None:
+        """Where the metrics listener serves (None: not serving)."""
+        if self._metrics_server is None:
+            return None
+        host, port = self._metrics_server.server_address[:2]
+        return str(host), int(port)
 
     def _run(self) -> None:
         backoff = k8s_client.Backoff(base=min(0.5, self.interval),
@@ -308,9 +402,17 @@ class NodeAgent:
 
 
 def from_conf(conf: Any, inventory: Any,
-              store: NodeStore | None = None) -> NodeAgent:
-    """A node agent configured by the ``[kubernetes]`` options.
+              store: NodeStore | None = None,
+              enforcement: telemetry.Enforcement | None = None
+              ) -> NodeAgent:
+    """A node agent configured by the ``[kubernetes]``, ``[health]`` and
+    ``[telemetry]`` options: it judges GPU health with a
+    :class:`~amdgpu_virt.k8s.node.health.HealthMonitor`, publishes it on
+    the node and, with ``[telemetry] metrics_port`` >= 0, serves the
+    node's metrics once started.
 
+    :param enforcement: GPU address -> memory enforcement level, exported
+        as ``amdgpu_virt_gpu_memory_enforcement``.
     :raises ConfigError: naming the option at fault.
     """
     group = conf.kubernetes
@@ -322,12 +424,45 @@ def from_conf(conf: Any, inventory: Any,
     if isinstance(store, KubernetesNodeStore):
         host, core_api = store.node_name, store.api
     share_count, hook = memhook.share_count(conf)
+    units = devices.units_from_inventory(inventory)
+    monitor = node_health.monitor_from_conf(conf, units)
     node_agent = NodeAgent(
-        store, devices.units_from_inventory(inventory), share_count,
-        health=node_health.device_node_health(group.device_root),
+        store, units, share_count, health=monitor,
         interval=group.registration_interval,
         roles=noderoles.from_conf(conf, host, core_api),
         gpus=({str(g.address): g for g in inventory.gpus}
               if group.node_labels else None))
     node_agent.memory_hook = hook
+    node_agent.health_publisher = healthpublish.HealthPublisher(store)
+    if conf.telemetry.metrics_port >= 0:
+        node_agent.metrics = functools.partial(
+            _metrics_server, conf, host, core_api, units, share_count,
+            monitor, enforcement)
     return node_agent
+
+
+def _metrics_server(conf: Any, node: str | None, core_api: Any,
+                    units: Sequence[devices.GpuUnit], share_count: int,
+                    monitor: node_health.HealthMonitor,
+                    enforcement: telemetry.Enforcement | None) -> Any:
+    """The node's metrics listener (bound now)."""
+    from amdgpu_virt.inventory.sysfs import cgroup as sysfs_cgroup
+    from amdgpu_virt.k8s.api import httpserver
+    from amdgpu_virt.k8s.node import metricsserver
+    from amdgpu_virt.k8s.node import podsource
+
+    pods = record = None
+    if node is not None and core_api is not None:
+        source = podsource.KubernetesPodSource(node, core_api,
+                                               conf.kubernetes.namespace)
+        pods, record = source.pods_on_node, source.allocation_record
+    collector = telemetry.NodeTelemetry(
+        node or conf.inventory.hostname or '', units, share_count,
+        conf.inventory.sysfs_root,
+        conf.telemetry.cgroup_root or sysfs_cgroup.default_root(
+            conf.inventory.sysfs_root),
+        health=monitor, enforcement=enforcement, pods=pods, record=record,
+        limits=telemetry.Limits.from_conf(conf))
+    return metricsserver.make_server(
+        collector, conf.telemetry.metrics_host, conf.telemetry.metrics_port,
+        httpserver.Limits.from_conf(conf))

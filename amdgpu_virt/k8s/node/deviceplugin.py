@@ -428,7 +428,8 @@ def from_conf(conf: Any, inventory: model.HostInventory,
         resource_name=group.resource_name,
         share_count=memhook.share_count(conf)[0],
         poll_interval=group.kubelet_poll_interval,
-        health=node_health.device_node_health(group.device_root),
+        health=node_health.monitor_from_conf(
+            conf, devices.units_from_inventory(inventory)),
         pod_source=pod_source,
         cu_strategy=allocator.load_strategy(conf.sharing.cu_strategy),
         library=group.vgpu_library, roles=roles)

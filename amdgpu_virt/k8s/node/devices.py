@@ -19,6 +19,7 @@ from collections.abc import Sequence
 
 from amdgpu_virt import exception
 from amdgpu_virt import model
+from amdgpu_virt.sharing import hami
 
 LOG = logging.getLogger(__name__)
 
@@ -61,6 +62,15 @@ class GpuUnit:
 
     def device_id(self, slot: int) -> str:
         return '%s-%d' % (self.uuid, slot)
+
+    @property
+    def device_type(self) -> str:
+        """The ``type`` the unit registers (HAMi's scheduler only takes
+        devices with "amd" in it)."""
+        product = self.product_name or 'AMD Instinct GPU'
+        if hami.AMD_TYPE_WORD not in product.lower():
+            product = 'AMD %s' % product
+        return product
 
 
 @dataclasses.dataclass(frozen=True)

@@ -30,6 +30,7 @@ import sys
 from typing import Any
 
 from amdgpu_virt import exception
+from amdgpu_virt.k8s.api import events
 
 LOG = logging.getLogger(__name__)
 
@@ -214,22 +215,11 @@ def event_body(node: dict[str, Any], status: HookStatus,
                share: int, now: str) -> dict[str, Any]:
     """The Warning Event on the Node (a deterministic name per node and
     reason, so publishing it again is one object)."""
-    meta = node.get('metadata') or {}
-    name = str(meta.get('name', ''))
     digest = hashlib.sha256(status.reason.encode()).hexdigest()[:12]
-    return {
-        'apiVersion': 'v1', 'kind': 'Event',
-        'metadata': {'name': '%s.memory-hook.%s' % (name, digest),
-                     'namespace': 'default'},
-        'involvedObject': {'apiVersion': 'v1', 'kind': 'Node', 'name': name,
-                           'uid': meta.get('uid')},
-        'reason': EVENT_REASON, 'type': 'Warning',
-        'message': '%s; this node offers whole GPUs only (%d slot per GPU)'
-                   % (status.reason, share),
-        'source': {'component': 'amdgpu-virt-agent', 'host': name},
-        'firstTimestamp': now, 'lastTimestamp': now, 'count': 1,
-        'reportingComponent': 'amdgpu-virt-agent', 'reportingInstance': name,
-    }
+    return events.node_event(
+        node, 'memory-hook.%s' % digest, EVENT_REASON, 'Warning',
+        '%s; this node offers whole GPUs only (%d slot per GPU)'
+        % (status.reason, share), 'amdgpu-virt-agent', now)
 
 
 def report(store: Any, core_api: Any, status: HookStatus, share: int,

@@ -39,6 +39,7 @@ from amdgpu_virt.k8s.api import quantity
 from amdgpu_virt.k8s.node import devices as k8s_devices
 from amdgpu_virt.k8s.pool import claims as holders
 from amdgpu_virt.k8s.pool import consumers as k8s_consumers
+from amdgpu_virt.k8s.pool import side as pool_side
 from amdgpu_virt.k8s.record import allocation as allocrecord
 from amdgpu_virt.k8s.scheduler.cache import cluster as schedcache
 from amdgpu_virt.model import HostInventory
@@ -251,6 +252,20 @@ class LiveKubernetes:
                         self.namespace, cm),
                     problem='unreadable allocation record: %s' % err))
         return records, bad
+
+    def unhealthy(self) -> dict[tuple[str, str], str]:
+        """(node, GPU address) -> why its node registers it unhealthy.
+
+        :raises KubernetesError: the nodes cannot be listed.
+        """
+        response = k8s_client.call('LIST nodes', self.api.list_node,
+                                   _preload_content=False)
+        result: dict[tuple[str, str], str] = {}
+        for obj in json.loads(response.data).get('items') or []:
+            view = pool_side.node_view(obj)
+            for address, reason in view.sick.items():
+                result[(view.name, str(address))] = reason
+        return result
 
     def claims(self) -> list[dict[str, Any]]:
         return holders.ClaimConsumers(self.api, self.driver).claims()

@@ -53,6 +53,9 @@ class NodeView:
     #: GPU address -> (healthy entries, units offered, device ids)
     offers: Mapping[PciAddress, tuple[bool, int, tuple[str, ...]]]
     problem: str = ''
+    #: GPU address -> why an entry of it registers ``health: false``
+    sick: Mapping[PciAddress, str] = dataclasses.field(
+        default_factory=dict)
 
 
 #: The GPU of a registered device (``custominfo.pciBDF``), or None.
@@ -72,6 +75,7 @@ def node_view(node: Mapping[str, Any]) -> NodeView:
         return NodeView(name, {}, {}, problem=str(err))
     devices: dict[str, PciAddress] = {}
     offers: dict[PciAddress, tuple[bool, int, tuple[str, ...]]] = {}
+    sick: dict[PciAddress, str] = {}
     for info in infos:
         address = gpu_address(info)
         if address is None:
@@ -80,11 +84,15 @@ def node_view(node: Mapping[str, Any]) -> NodeView:
                         info.custominfo.get(hami.CUSTOMINFO_PCI_BDF))
             continue
         devices[info.id] = address
+        if not info.health and address not in sick:
+            reason = info.custominfo.get(hami.CUSTOMINFO_HEALTH_REASON)
+            sick[address] = str(reason)[:200] if reason else \
+                'registered health: false'
         healthy, count, ids = offers.get(address, (False, 0, ()))
         offers[address] = (healthy or info.health,
                            count + (info.count if info.health else 0),
                            ids + (info.id,))
-    return NodeView(name, devices, offers)
+    return NodeView(name, devices, offers, sick=sick)
 
 
 class KubernetesPool:
@@ -178,7 +186,8 @@ class KubernetesPool:
                 side=SIDE, host=name, address=address, offered=healthy,
                 capacity=count,
                 consumers=users.get((name, address), ()),
-                detail='%s devices %s' % (name, ','.join(ids) or '-')))
+                detail='%s devices %s' % (name, ','.join(ids) or '-'),
+                unhealthy=views[name].sick.get(address, '')))
         return result, warnings
 
     # -- the Side protocol of a move ------------------------------------------

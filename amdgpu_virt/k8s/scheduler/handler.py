@@ -14,8 +14,6 @@ Connections are held by :class:`amdgpu_virt.k8s.api.httpserver.Server`.
 
 from __future__ import annotations
 
-import http.server
-import json
 import logging
 from typing import Any
 
@@ -28,26 +26,9 @@ from amdgpu_virt.k8s.scheduler.core import Extender
 LOG = logging.getLogger(__name__)
 
 
-class _Handler(http.server.BaseHTTPRequestHandler):
-    protocol_version = 'HTTP/1.1'
-    # headers and body go out in two writes: without this, Nagle's
-    # algorithm and the client's delayed ACK add ~40 ms to small answers
-    disable_nagle_algorithm = True
+class _Handler(httpserver.Handler):
+    log_name = 'extender'
     server: _ExtenderServer  # type: ignore[assignment]
-
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
-        LOG.debug('extender %s - %s', self.address_string(), format % args)
-
-    def _send(self, code: int, data: bytes,
-              content_type: str = 'application/json') -> None:
-        self.send_response(code)
-        self.send_header('Content-Type', content_type)
-        self.send_header('Content-Length', str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def _json(self, code: int, body: Any) -> None:
-        self._send(code, json.dumps(body).encode())
 
     def do_GET(self) -> None:
         path = self.path.split('?')[0].rstrip('/')

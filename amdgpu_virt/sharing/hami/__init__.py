@@ -46,6 +46,7 @@ from amdgpu_virt.sharing.hami.names import BIND_PHASE
 from amdgpu_virt.sharing.hami.names import BIND_TIME
 from amdgpu_virt.sharing.hami.names import CU_ALLOCATED
 from amdgpu_virt.sharing.hami.names import CUSTOMINFO_CU_PER_WGP
+from amdgpu_virt.sharing.hami.names import CUSTOMINFO_HEALTH_REASON
 from amdgpu_virt.sharing.hami.names import CUSTOMINFO_PCI_BDF
 from amdgpu_virt.sharing.hami.names import DEFAULT_GPU_SCHEDULER_POLICY
 from amdgpu_virt.sharing.hami.names import DEFAULT_MODE
@@ -122,6 +123,7 @@ __all__ = [
     'BIND_TIME',
     'BindPhase',
     'CUSTOMINFO_CU_PER_WGP',
+    'CUSTOMINFO_HEALTH_REASON',
     'CUSTOMINFO_PCI_BDF',
     'CU_ALLOCATED',
     'ContainerDevice',

@@ -63,6 +63,17 @@ VARIANTS: dict[str, dict[str, Any]] = {
     'ledger-file': {'ledger': {'source': 'file', 'configMap': {
         'namespace': 'amdgpu-virt', 'name': 'gpu-roles'}},
         'dra': {'enabled': True}},
+    'monitoring': {
+        'node': {'metrics': {'podMonitor': {
+            'enabled': True, 'labels': {'release': 'prom'}}},
+            'health': {'maxUncorrectable': 2, 'maxCorrectablePerHour': 100,
+                       'exporterUrl': 'http://amd-metrics-exporter.'
+                                      'kube-amd-gpu:5000/metrics'}},
+        'grafana': {'dashboards': {'enabled': True,
+                                   'namespace': 'monitoring'}},
+        'networkPolicy': {'metricsFrom': [{'namespaceSelector': {
+            'matchLabels': {
+                'kubernetes.io/metadata.name': 'monitoring'}}}]}},
 }
 #: the namespace a variant is installed in (default: NAMESPACE)
 VARIANT_NAMESPACES = {'other-namespace': 'gpu-system'}

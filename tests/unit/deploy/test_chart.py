@@ -33,7 +33,8 @@ from tests.unit.deploy import chart
 #: kubernetes-validate does not ship; checked by hand below
 CRD_KINDS = {('cert-manager.io/v1', 'Issuer'),
              ('cert-manager.io/v1', 'Certificate'),
-             ('monitoring.coreos.com/v1', 'ServiceMonitor')}
+             ('monitoring.coreos.com/v1', 'ServiceMonitor'),
+             ('monitoring.coreos.com/v1', 'PodMonitor')}
 
 
 def kubernetes_versions() -> list[str]:
@@ -145,6 +146,9 @@ class StrictValidationTest(testtools.TestCase):
                             <= set(spec), variant)
         elif doc['kind'] == 'ServiceMonitor':
             self.assertTrue(spec['endpoints'] and spec['selector'], variant)
+        elif doc['kind'] == 'PodMonitor':
+            self.assertTrue(spec['podMetricsEndpoints'] and spec['selector'],
+                            variant)
 
     def test_validator_catches_mistakes(self) -> None:
         doc = chart.find(chart.documents(), 'DaemonSet', 'amdgpu-virt-node')

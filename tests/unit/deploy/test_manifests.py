@@ -212,8 +212,8 @@ class ManifestTest(testtools.TestCase):
                                      doc['metadata']['name'])
         node = _find('ClusterRole', 'amdgpu-virt-node')['rules']
         self.assertEqual(
-            {('nodes', ('get', 'patch')), ('pods', ('list', 'patch')),
-             ('events', ('create',))},
+            {('nodes', ('get', 'patch')), ('nodes/status', ('patch',)),
+             ('pods', ('list', 'patch')), ('events', ('create',))},
             {(r['resources'][0], tuple(r['verbs'])) for r in node})
 
     def test_leader_election_lease(self) -> None:
@@ -239,4 +239,9 @@ class ManifestTest(testtools.TestCase):
             'spec']['ingress']
         # the metrics listener, never the extender's filter/bind port
         self.assertEqual([{'protocol': 'TCP', 'port': 8889}], rule['ports'])
+        self.assertTrue(rule['from'])
+        # the node pods: the agent's metrics port only
+        (rule,) = chart.find(docs, 'NetworkPolicy', 'amdgpu-virt-node')[
+            'spec']['ingress']
+        self.assertEqual([{'protocol': 'TCP', 'port': 9394}], rule['ports'])
         self.assertTrue(rule['from'])

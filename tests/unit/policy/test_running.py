@@ -3,6 +3,7 @@ made around them."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import hypothesis
@@ -10,8 +11,10 @@ import testtools
 from hypothesis import strategies as hyp_st
 
 from amdgpu_virt import ledger as av_ledger
+from amdgpu_virt.model import GpuHealth
 from amdgpu_virt.model import Kind
 from amdgpu_virt.model import PciAddress
+from amdgpu_virt.model import RasCount
 from amdgpu_virt.model import Role
 from amdgpu_virt.policy import planner as av_planner
 from amdgpu_virt.policy import running
@@ -400,3 +403,57 @@ class TestAnyLiveState(RunningTestCase):
 
 def result_problems(holdings):
     return [h for h in holdings if h.problem or h.address is None]
+
+
+class TestUnhealthy(RunningTestCase):
+    """A sick GPU takes no new work: by its host inventory's RAS counts or
+    as a cloud reports it."""
+
+    def sick_hosts(self, host, address, uncorrectable=1):
+        result = []
+        for inventory in self.hosts:
+            if inventory.hostname == host:
+                inventory = dataclasses.replace(inventory, gpus=tuple(
+                    dataclasses.replace(g, health=GpuHealth(ras=(RasCount(
+                        'umc', uncorrectable),)))
+                    if str(g.address) == address else g
+                    for g in inventory.gpus))
+            result.append(inventory)
+        return result
+
+    def test_a_sick_dedicated_gpu_is_held(self):
+        self.hosts = self.sick_hosts('k8s', GPU1)
+        result = self.run_([])
+        self.assertEqual(['held/k8s/%s' % GPU1], list(self.by_name(result)))
+        self.assertIn('unhealthy (1 uncorrectable RAS errors (umc 1), more '
+                      'than 0)', ' '.join(str(w) for w in result.warnings))
+        plan = self.plan(result, [
+            Workload('whole', Platform.POD, Tenancy.TRUSTED, gpus=1)])
+        (new,) = [d for d in plan.decisions if not d.existing]
+        self.assertFalse(new.placed)
+
+    def test_the_threshold_is_an_option(self):
+        self.hosts = self.sick_hosts('k8s', GPU1, uncorrectable=2)
+        self.conf.set_override('max_uncorrectable', 2, 'health')
+        self.assertEqual([], list(self.by_name(self.run_([]))))
+
+    def test_a_vf_gpu_reported_sick_keeps_its_vms_and_takes_no_more(self):
+        result = running.placements(
+            self.conf, self.hosts, self.ledger, [vm('a', vfs=2)],
+            {('gim', GPU0): 'registered health: false'})
+        names = self.by_name(result)
+        self.assertIn('instance/a', names)
+        self.assertIn('held/gim/%s' % GPU0, names)
+        plan = self.plan(result, [
+            Workload('tenant', Platform.VM, memory_mib=20480, cus=38)])
+        (new,) = [d for d in plan.decisions if not d.existing]
+        self.assertEqual(('gim', (GPU1,)), (new.host, new.gpus))
+
+    def test_a_sick_gpu_without_a_role_is_kept_idle(self):
+        self.hosts = self.sick_hosts('k8s', GPU0)
+        result = running.placements(self.conf, self.hosts, None, [])
+        assert result.ledger is not None
+        self.assertEqual(Role.IDLE, result.ledger.get(
+            'k8s', PciAddress.parse(GPU0)).role)
+        self.assertIn('is unhealthy: it is kept idle',
+                      ' '.join(str(w) for w in result.warnings))

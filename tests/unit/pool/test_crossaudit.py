@@ -1,10 +1,14 @@
 """Cross-audit: every seeded conflict kind is found, none on a clean fleet."""
 
+import dataclasses
+
 import testtools
 
 from amdgpu_virt import ledger
 from amdgpu_virt.inventory import simulate
+from amdgpu_virt.model import GpuHealth
 from amdgpu_virt.model import PciAddress
+from amdgpu_virt.model import RasCount
 from amdgpu_virt.model import Role
 from amdgpu_virt.pool import crossaudit
 from amdgpu_virt.pool.crossaudit import FindingKind as K
@@ -149,3 +153,42 @@ class TestSidesAsked(testtools.TestCase):
                                   sides=('nova',))
         self.assertEqual([], [k for k in _kinds(report)
                               if k[2] is K.NOT_OFFERED])
+
+
+class TestHealth(testtools.TestCase):
+
+    def sick(self, inventory, address, uncorrectable=1):
+        return dataclasses.replace(inventory, gpus=tuple(
+            dataclasses.replace(g, health=GpuHealth(ras=(RasCount(
+                'umc', uncorrectable),))) if g.address == address else g
+            for g in inventory.gpus))
+
+    def test_a_vf_of_a_sick_gpu_assigned_to_a_vm_is_a_conflict(self):
+        report = crossaudit.audit(_ledger(), [self.sick(GIM, A0), BM],
+                                  _consistent())
+        (finding,) = report.findings
+        self.assertEqual(('gim-0', A0, K.UNHEALTHY_IN_USE, 'conflict'),
+                         (finding.host, finding.address, finding.kind,
+                          finding.severity))
+        self.assertIn('nova vm-1', finding.message)
+        self.assertIn('host: 1 uncorrectable', finding.message)
+        # an idle sick GPU is drift, not stranded capacity
+        report = crossaudit.audit(_ledger(), [self.sick(GIM, A1), BM],
+                                  _consistent())
+        self.assertEqual([('gim-0', str(A1), K.UNHEALTHY)], _kinds(report))
+        self.assertEqual(0, report.stranded)
+        # the threshold
+        self.assertEqual([], _kinds(crossaudit.audit(
+            _ledger(), [self.sick(GIM, A1), BM], _consistent(),
+            max_uncorrectable=1)))
+
+    def test_a_node_registering_a_gpu_unhealthy(self):
+        seen = _consistent()
+        seen[3] = dataclasses.replace(seen[3], offered=False,
+                                      unhealthy='ras: 3 uncorrectable')
+        seen[2] = dataclasses.replace(seen[2], offered=False,
+                                      unhealthy='device: gone')
+        kinds = _kinds(crossaudit.audit(_ledger(), [GIM, BM], seen))
+        # not "not offered": the node withdrew it because it is sick
+        self.assertEqual([('bm-0', str(A0), K.UNHEALTHY_IN_USE),
+                          ('bm-0', str(A1), K.UNHEALTHY)], kinds)

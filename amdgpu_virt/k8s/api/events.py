@@ -1,0 +1,37 @@
+"""Events the node side records on its Node.
+
+An Event's name is given by the caller, derived from what it reports, so
+that recording the same thing twice is one object (the second create
+answers 409, which the caller ignores).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+#: where Events about Nodes go (as kubelet's)
+NAMESPACE = 'default'
+
+
+def node_event(node: Mapping[str, Any], suffix: str, reason: str,
+               kind: str, message: str, component: str,
+               now: str) -> dict[str, Any]:
+    """The Event ``<node>.<suffix>`` on ``node``.
+
+    :param kind: ``Warning`` or ``Normal``.
+    :param now: RFC 3339 time of the first and last occurrence.
+    """
+    meta = node.get('metadata') or {}
+    name = str(meta.get('name', ''))
+    return {
+        'apiVersion': 'v1', 'kind': 'Event',
+        'metadata': {'name': '%s.%s' % (name, suffix),
+                     'namespace': NAMESPACE},
+        'involvedObject': {'apiVersion': 'v1', 'kind': 'Node', 'name': name,
+                           'uid': meta.get('uid')},
+        'reason': reason, 'type': kind, 'message': message,
+        'source': {'component': component, 'host': name},
+        'firstTimestamp': now, 'lastTimestamp': now, 'count': 1,
+        'reportingComponent': component, 'reportingInstance': name,
+    }
