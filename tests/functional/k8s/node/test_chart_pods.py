@@ -50,7 +50,7 @@ _PLURALS = apiauth.PLURALS
 
 
 def wait(predicate: Callable[[], Any], what: str,
-         timeout: float = 60.0) -> Any:
+         timeout: float = 120.0) -> Any:
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
