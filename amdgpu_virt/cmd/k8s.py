@@ -72,20 +72,26 @@ class Agent(command.Command):
     Runs until SIGTERM/SIGINT, writing hami.io/node-amd-register and the
     amd.com/gpu.* node labels every [kubernetes] registration_interval
     seconds. Reads [inventory], [kubernetes] (node_name, kubeconfig,
-    share_count, allocation_mode, vgpu_library, ledger_source) and [pool]
-    (the ledger ConfigMap). Without a loadable vgpu_library it registers
-    whole GPUs only, labels the node amdgpu-virt.io/memory-hook=unavailable
-    and records a Warning event on it.
+    share_count, allocation_mode, vgpu_library, memory_enforcement,
+    cgroup_root, ledger_source) and [pool] (the ledger ConfigMap). Each GPU's
+    memory enforcement level (kernel, hook, kernel+hook or none) is
+    registered and the weakest labels the node
+    (amdgpu-virt.io/memory-enforcement); when the GPUs do not meet
+    memory_enforcement it registers whole GPUs only and records a Warning
+    event on the node saying why. Without a loadable vgpu_library it also
+    labels the node amdgpu-virt.io/memory-hook=unavailable.
     """
 
     def take_action(self, parsed_args: argparse.Namespace) -> int:
         from amdgpu_virt.k8s.node import agent
+        from amdgpu_virt.k8s.node import enforcement
         from amdgpu_virt.k8s.node import memhook
 
         conf = av_main.app_conf(self.app)
         inventory = inventory_pkg.load_driver(conf).scan()
         node_agent = agent.from_conf(conf, inventory)
         memhook.publish(node_agent)
+        enforcement.publish(node_agent)
         return run_until_signalled(node_agent)
 
 

@@ -28,6 +28,7 @@ from typing import Any
 from amdgpu_virt import exception
 from amdgpu_virt.k8s.api import client as k8s_client
 from amdgpu_virt.k8s.node import devices
+from amdgpu_virt.k8s.node import enforcement
 from amdgpu_virt.k8s.node import health as node_health
 from amdgpu_virt.k8s.node import labels as node_labels
 from amdgpu_virt.k8s.node import memhook
@@ -41,10 +42,14 @@ CONFLICT_RETRIES = 5
 
 
 def registration(units: Sequence[devices.GpuUnit], share_count: int,
-                 healthy: Mapping[str, bool]) -> tuple[hami.DeviceInfo, ...]:
+                 healthy: Mapping[str, bool],
+                 levels: Mapping[str, enforcement.Level] | None = None
+                 ) -> tuple[hami.DeviceInfo, ...]:
     """The DeviceInfo of every unit, in unit order.
 
     :param healthy: unit uuid -> health; a missing uuid counts as healthy.
+    :param levels: PCI address -> memory enforcement level, published as
+        ``custominfo.memoryEnforcement`` (None: not published).
     """
     result = []
     for unit in units:
@@ -55,6 +60,9 @@ def registration(units: Sequence[devices.GpuUnit], share_count: int,
         custom: dict[str, Any] = {hami.CUSTOMINFO_PCI_BDF: unit.gpu_address}
         if unit.cu_unit > 1:
             custom[hami.CUSTOMINFO_CU_PER_WGP] = unit.cu_unit
+        level = (levels or {}).get(unit.gpu_address)
+        if level is not None:
+            custom[enforcement.CUSTOMINFO_KEY] = level.value
         result.append(hami.DeviceInfo(
             id=unit.uuid, index=unit.index, count=share_count,
             devmem=unit.vram_mib, devcore=unit.compute_units, type=product,
@@ -163,6 +171,9 @@ class NodeAgent:
         #: the memory-limit hook verdict (set by from_conf; published on
         #: the node by memhook.publish)
         self.memory_hook: memhook.HookStatus | None = None
+        #: each GPU's memory enforcement (set by from_conf; registered in
+        #: custominfo, published on the node by enforcement.publish)
+        self.enforcement: enforcement.NodeEnforcement | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -193,7 +204,10 @@ class NodeAgent:
             except Exception:  # a failing check is not a healthy GPU
                 LOG.exception('Health check of GPU %s failed', unit.rocr_id)
                 healthy[unit.uuid] = False
-        return registration(units, self.share_count, healthy)
+        return registration(
+            units, self.share_count, healthy,
+            self.enforcement.levels if self.enforcement is not None
+            else None)
 
     def sync_once(self) -> bool:
         """Register the node's GPUs if the node says otherwise.
@@ -321,13 +335,16 @@ def from_conf(conf: Any, inventory: Any,
     host = None
     if isinstance(store, KubernetesNodeStore):
         host, core_api = store.node_name, store.api
-    share_count, hook = memhook.share_count(conf)
+    units = devices.units_from_inventory(inventory)
+    share_count, judged = enforcement.share_count(
+        conf, {u.gpu_address for u in units})
     node_agent = NodeAgent(
-        store, devices.units_from_inventory(inventory), share_count,
+        store, units, share_count,
         health=node_health.device_node_health(group.device_root),
         interval=group.registration_interval,
         roles=noderoles.from_conf(conf, host, core_api),
         gpus=({str(g.address): g for g in inventory.gpus}
               if group.node_labels else None))
-    node_agent.memory_hook = hook
+    node_agent.enforcement = judged
+    node_agent.memory_hook = judged.hook if judged is not None else None
     return node_agent

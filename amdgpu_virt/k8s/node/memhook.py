@@ -2,9 +2,11 @@
 
 Containers on a shared GPU get ``LD_AUDIT=<library>`` (HAMi's
 ``libamvgpu.so``), which enforces their ``HIP_DEVICE_MEMORY_LIMIT_<i>``.
-Without a loadable library there is no memory limit, so the node side
-offers whole GPUs only (one device plugin slot per GPU) and says why: in
-its log, with a Warning Event on its Node and with the node label
+Without a loadable library the hook enforces nothing: the node then
+offers slices only where the kernel caps their VRAM and ``[kubernetes]
+memory_enforcement`` allows it (see :mod:`.enforcement`), else whole GPUs
+only (one device plugin slot per GPU), and says why: in its log, with a
+Warning Event on its Node and with the node label
 ``amdgpu-virt.io/memory-hook`` (``ready`` or ``unavailable``).
 
 :func:`check` looks at the file the way the dynamic loader will need it:
@@ -210,26 +212,52 @@ def share_count(conf: Any) -> tuple[int, HookStatus | None]:
     return 1, status
 
 
-def event_body(node: dict[str, Any], status: HookStatus,
-               share: int, now: str) -> dict[str, Any]:
-    """The Warning Event on the Node (a deterministic name per node and
-    reason, so publishing it again is one object)."""
+def node_event(node: dict[str, Any], reason: str, tag: str, message: str,
+               now: str) -> dict[str, Any]:
+    """A Warning Event on the Node, named after the node, ``tag`` and the
+    message (publishing the same again is one object)."""
     meta = node.get('metadata') or {}
     name = str(meta.get('name', ''))
-    digest = hashlib.sha256(status.reason.encode()).hexdigest()[:12]
+    digest = hashlib.sha256(message.encode()).hexdigest()[:12]
     return {
         'apiVersion': 'v1', 'kind': 'Event',
-        'metadata': {'name': '%s.memory-hook.%s' % (name, digest),
+        'metadata': {'name': '%s.%s.%s' % (name, tag, digest),
                      'namespace': 'default'},
         'involvedObject': {'apiVersion': 'v1', 'kind': 'Node', 'name': name,
                            'uid': meta.get('uid')},
-        'reason': EVENT_REASON, 'type': 'Warning',
-        'message': '%s; this node offers whole GPUs only (%d slot per GPU)'
-                   % (status.reason, share),
+        'reason': reason, 'type': 'Warning', 'message': message[:1024],
         'source': {'component': 'amdgpu-virt-agent', 'host': name},
         'firstTimestamp': now, 'lastTimestamp': now, 'count': 1,
         'reportingComponent': 'amdgpu-virt-agent', 'reportingInstance': name,
     }
+
+
+def event_body(node: dict[str, Any], status: HookStatus,
+               share: int, now: str) -> dict[str, Any]:
+    """The Warning Event on the Node (a deterministic name per node and
+    reason, so publishing it again is one object)."""
+    if share <= 1:
+        consequence = 'this node offers whole GPUs only (%d slot per GPU)' \
+            % share
+    else:
+        consequence = 'slices on this node are capped by the kernel only ' \
+            '(dmem cgroup); hipMemGetInfo shows them the whole GPU'
+    return node_event(node, EVENT_REASON, 'memory-hook',
+                      '%s; %s' % (status.reason, consequence), now)
+
+
+def record_event(core_api: Any, body: dict[str, Any]) -> None:
+    """Create the Event (an existing one of that name is the same).
+
+    :raises KubernetesError: it could not be created.
+    """
+    from amdgpu_virt.k8s.api import client as k8s_client
+
+    # 409 AlreadyExists: the same verdict was published before
+    with contextlib.suppress(exception.KubernetesConflict):
+        k8s_client.call('CREATE event %s' % body['metadata']['name'],
+                        core_api.create_namespaced_event, 'default', body,
+                        _preload_content=False)
 
 
 def report(store: Any, core_api: Any, status: HookStatus, share: int,
@@ -239,20 +267,13 @@ def report(store: Any, core_api: Any, status: HookStatus, share: int,
 
     :raises KubernetesError: the node could not be read or labelled.
     """
-    from amdgpu_virt.k8s.api import client as k8s_client
-
     node = store.read()
     value = READY if status.usable else UNAVAILABLE
     if ((node.get('metadata') or {}).get('labels') or {}).get(LABEL) != value:
         store.label(node, {LABEL: value})
     if status.usable:
         return
-    body = event_body(node, status, share, now)
-    # 409 AlreadyExists: the same verdict was published before
-    with contextlib.suppress(exception.KubernetesConflict):
-        k8s_client.call('CREATE event %s' % body['metadata']['name'],
-                        core_api.create_namespaced_event, 'default', body,
-                        _preload_content=False)
+    record_event(core_api, event_body(node, status, share, now))
 
 
 def publish(node_agent: Any) -> None:

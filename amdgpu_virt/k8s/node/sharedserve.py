@@ -78,6 +78,15 @@ class SharedServer:
                 'checkpoint %s: %s' % (self.checkpoint, err)) from None
         self._served = served
 
+    def served_to(self, device_ids: Sequence[str]) -> tuple[str, int] | None:
+        """(pod UID, container index) ``device_ids`` were served to, from
+        the served checkpoint; None when they were not.
+
+        :raises DevicePluginError: the checkpoint is unreadable.
+        """
+        with self._lock:
+            return self._load_served().lookup(device_ids)
+
     def allocate(self, device_ids: Sequence[str],
                  request: str) -> devices.ContainerAllocation:
         """Serve what the allocation record gives the pod being allocated.
