@@ -43,7 +43,7 @@ from amdgpu_virt import exception
 #: a cgroup interface file is small; anything larger is not one
 MAX_FILE_BYTES = 64 * 1024
 #: what a path component may be (no '/', no '.' or '..', no NUL)
-_PART = re.compile(r'^(?!\.\.?$)[A-Za-z0-9_.:@+-]{1,255}$')
+_PART = re.compile(r'^(?!\.\.?$)[A-Za-z0-9_.:@+,-]{1,255}$')
 #: a pod UID as the API serves it (a UUID), or a static pod's hash
 _UID = re.compile(r'^[A-Za-z0-9-]{1,64}$')
 

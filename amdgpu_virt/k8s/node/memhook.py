@@ -190,28 +190,6 @@ def check(path: str) -> HookStatus:
     return HookStatus(path, True)
 
 
-def share_count(conf: Any) -> tuple[int, HookStatus | None]:
-    """The device plugin slots per GPU this node may offer.
-
-    ``[kubernetes] share_count``, or 1 (whole GPUs only) when the GPUs
-    would be shared (allocation_mode ``hami`` and share_count > 1) and
-    ``[kubernetes] vgpu_library`` is not usable. The status is None when
-    the library is not needed.
-    """
-    group = conf.kubernetes
-    if group.allocation_mode != 'hami' or group.share_count <= 1:
-        return group.share_count, None
-    status = check(group.vgpu_library)
-    if status.usable:
-        LOG.info('memory-limit hook %s is usable; sharing each GPU among '
-                 'up to %d pods', status.path, group.share_count)
-        return group.share_count, status
-    LOG.warning('%s; offering whole GPUs only (1 slot per GPU instead of '
-                '%d) until it is installed and this pod restarted',
-                status.reason, group.share_count)
-    return 1, status
-
-
 def node_event(node: dict[str, Any], reason: str, tag: str, message: str,
                now: str) -> dict[str, Any]:
     """A Warning Event on the Node, named after the node, ``tag`` and the
