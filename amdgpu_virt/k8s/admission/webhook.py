@@ -62,8 +62,6 @@ import http.server
 import json
 import logging
 import ssl
-import threading
-import time
 from collections.abc import Callable
 from collections.abc import Mapping
 from typing import Any
@@ -77,6 +75,7 @@ from amdgpu_virt.k8s.admission import rules as admission
 from amdgpu_virt.k8s.admission import stated
 from amdgpu_virt.k8s.admission import webhookapi
 from amdgpu_virt.k8s.api import httpserver
+from amdgpu_virt.k8s.api import namespaces
 from amdgpu_virt.policy import engine as policy_engine
 from amdgpu_virt.sharing import hami
 
@@ -436,26 +435,8 @@ def make_server(policy: WebhookPolicy, host: str = '127.0.0.1',
     return server
 
 
-class NamespaceLabelCache:
-    """Namespace labels read through a ``CoreV1Api``, cached for ``ttl``."""
-
-    def __init__(self, core_api: Any, ttl: float = 30.0) -> None:
-        self.api = core_api
-        self.ttl = ttl
-        self._lock = threading.Lock()
-        self._cache: dict[str, tuple[float, dict[str, str]]] = {}
-
-    def __call__(self, namespace: str) -> Mapping[str, str]:
-        now = time.monotonic()
-        with self._lock:
-            hit = self._cache.get(namespace)
-            if hit is not None and now - hit[0] < self.ttl:
-                return hit[1]
-        labels = dict(self.api.read_namespace(namespace).metadata.labels
-                      or {})
-        with self._lock:
-            self._cache[namespace] = (now, labels)
-        return labels
+#: namespace labels, cached (kept here under its old name)
+NamespaceLabelCache = namespaces.NamespaceLabelCache
 
 
 def from_conf(conf: Any, core_api: Any | None = None) -> _WebhookServer:
