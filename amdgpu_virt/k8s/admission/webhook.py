@@ -259,8 +259,9 @@ def review(admission_review: Mapping[str, Any], policy: WebhookPolicy,
         isolated = 'namespace %r (labelled %s=%s)' % (namespace, key, value)
     problems.extend(admission.ephemeral_problems(pod, None))
     mutated = copy.deepcopy(dict(pod))
-    decisions = stated.apply_intent(mutated, namespace, name, isolated,
-                                    intent, problems)
+    decisions = stated.apply_intent(
+        mutated, namespace, name, isolated, intent, problems,
+        pod_intent.memory_rule(namespace, namespace_labels))
     mspec = mutated.get('spec') or {}
     containers = admission.containers(mspec)
     managed = set(policy.managed_resources)
@@ -455,18 +456,19 @@ def from_conf(conf: Any, core_api: Any | None = None) -> _WebhookServer:
         raise exception.ConfigError(
             option='[kubernetes] webhook_cert_file/webhook_key_file',
             reason='set both or neither')
+    models = webhookapi.ClusterModels(core_api)
     try:
         return make_server(
             WebhookPolicy.from_conf(conf), host=group.webhook_host,
             port=group.webhook_port,
             namespace_labels=NamespaceLabelCache(core_api),
             intent=admission.IntentPolicy(
-                policy_engine.Engine(conf),
-                webhookapi.ClusterModels(core_api),
+                policy_engine.Engine(conf), models,
                 dra=group.webhook_dra_claims,
                 templates=webhookapi.ClaimTemplates(
                     k8s_client_lib.ResourceV1Api(
-                        getattr(core_api, 'api_client', None)))),
+                        getattr(core_api, 'api_client', None))),
+                levels=models.levels),
             events=webhookapi.EventRecorder(core_api),
             cert_file=group.webhook_cert_file,
             key_file=group.webhook_key_file,
