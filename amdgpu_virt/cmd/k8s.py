@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import logging
 import signal
+import sys
 import threading
 from typing import Any
 
@@ -141,3 +142,37 @@ class Scheduler(command.Command):
         conf = av_main.app_conf(self.app)
         service = extender.Service(conf)
         return run_until_signalled(service)
+
+
+class DmemHook(command.Command):
+    """Cap a container's VRAM: the CDI createRuntime hook of DRA shares.
+
+    The container runtime runs it on the host once it created the
+    container's cgroup and before the container's process runs, with the
+    container's OCI state on standard input. It finds the container's
+    cgroup (/proc/<pid>/cgroup), enables the dmem controller down to it
+    and writes each --cap into its dmem.max, read back. It exits non-zero
+    (and the runtime fails the container's creation) when it cannot.
+    """
+
+    def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
+        parser = super().get_parser(prog_name)
+        parser.add_argument(
+            '--cap', action='append', default=[], metavar='REGION=BYTES',
+            help='a VRAM cap, e.g. drm/0000:85:00.0/vram=8589934592 '
+                 '(repeat for several GPUs; repeats of a region add up)')
+        parser.add_argument(
+            '--root', default='/',
+            help='where the host\'s proc/ and sys/fs/cgroup are (default '
+                 '/; [dra] dmem_hook_root)')
+        return parser
+
+    def take_action(self, parsed_args: argparse.Namespace) -> int:
+        from amdgpu_virt.k8s.node import ocihook
+
+        caps = ocihook.parse_caps(parsed_args.cap)
+        state = sys.stdin.read(ocihook.MAX_STATE + 1)
+        where, written = ocihook.run(state, caps, parsed_args.root)
+        LOG.info('VRAM caps %s on %s', 'written' if written
+                 else 'already in place', where)
+        return 0

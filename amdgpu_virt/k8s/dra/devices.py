@@ -31,6 +31,8 @@ from amdgpu_virt import exception
 from amdgpu_virt import model
 from amdgpu_virt.ledger import GpuAssignment
 from amdgpu_virt.model import Role
+from amdgpu_virt.sharing.enforcement import Level
+from amdgpu_virt.sharing.enforcement import Requirement
 
 #: reported VRAM at most this fraction below the catalog's nominal size is
 #: published as the nominal size (the VBIOS keeps a few MiB)
@@ -67,6 +69,9 @@ class DraDevice:
     counter_set: str | None = None
     counters: tuple[tuple[str, int], ...] = ()
     pcie_root: str | None = None
+    #: the GPU's memory enforcement level (the ``memoryEnforcement``
+    #: attribute), when known
+    memory_enforcement: str | None = None
 
     @property
     def shared(self) -> bool:
@@ -222,6 +227,29 @@ def plan(node: str, inventory: model.HostInventory,
             reason='two DRA devices would be named alike: %s' % names)
     return DevicePlan(node=node, devices=devices,
                       counter_sets=tuple(counter_sets))
+
+
+def with_enforcement(plan: DevicePlan, levels: Mapping[str, Level],
+                     requirement: Requirement
+                     ) -> tuple[DevicePlan, tuple[str, ...]]:
+    """``plan`` with each device's memory enforcement level, without the
+    shares of GPUs whose level does not meet ``requirement``.
+
+    :param levels: PCI address -> level (a GPU without one keeps no
+        attribute and counts as ``none``).
+    :returns: (the plan, the names of the shares left out).
+    """
+    kept = []
+    dropped = []
+    for device in plan.devices:
+        level = levels.get(str(device.gpu.address))
+        if device.shared and not requirement.met_by(level):
+            dropped.append(device.name)
+            continue
+        kept.append(device if level is None else dataclasses.replace(
+            device, memory_enforcement=level.value))
+    return (dataclasses.replace(plan, devices=tuple(kept)),
+            tuple(dropped))
 
 
 def units_of(device: DraDevice, units: Sequence[object]) -> list[object]:

@@ -47,8 +47,12 @@ from amdgpu_virt.k8s.dra import health as dra_health
 from amdgpu_virt.k8s.dra import prepare as dra_prepare
 from amdgpu_virt.k8s.dra import publish as dra_publish
 from amdgpu_virt.k8s.dra import state as dra_state
+from amdgpu_virt.k8s.node import cgroups
 from amdgpu_virt.k8s.node import devices as unit_devices
+from amdgpu_virt.k8s.node import dmem
+from amdgpu_virt.k8s.node import enforcement as node_enforcement
 from amdgpu_virt.k8s.node import health as node_health
+from amdgpu_virt.k8s.node import memhook
 from amdgpu_virt.k8s.node import roles as noderoles
 from amdgpu_virt.k8s.proto.dra.v1 import api_pb2 as v1_pb2
 from amdgpu_virt.k8s.proto.dra.v1 import api_pb2_grpc as v1_grpc
@@ -167,6 +171,11 @@ class DraPlugin:
     :param health: health check per ROCr unit; default: all healthy.
     :param pcie_roots: PCI address -> PCIe root complex of the GPUs (the
         ``resource.kubernetes.io/pcieRoot`` attribute).
+    :param enforcement: each GPU's memory enforcement level (published as
+        the ``memoryEnforcement`` attribute) and the requirement a GPU
+        must meet to publish shares; None: neither.
+    :param dmem_hook: the CDI ``createRuntime`` hook that caps shares of
+        the GPUs at a kernel level; None: no kernel caps.
     """
 
     def __init__(self, inventory: model.HostInventory, node: str,
@@ -185,8 +194,9 @@ class DraPlugin:
                  health: dra_health.HealthCheck | None = None,
                  health_timeout: int = 90,
                  interval: float = 30.0,
-                 pcie_roots: Mapping[model.PciAddress, str] | None = None
-                 ) -> None:
+                 pcie_roots: Mapping[model.PciAddress, str] | None = None,
+                 enforcement: node_enforcement.NodeEnforcement | None = None,
+                 dmem_hook: cdi.DmemHook | None = None) -> None:
         self.inventory = inventory
         self.node = node
         self.claim_reader = claim_reader
@@ -213,6 +223,13 @@ class DraPlugin:
         self.board = dra_health.HealthBoard(health_timeout)
         self.interval = interval
         self.units = unit_devices.units_from_inventory(inventory)
+        self.enforcement = enforcement
+        self.dmem_hook = dmem_hook
+        #: GPUs whose shares get the kernel cap (a hook and a kernel level)
+        self.kernel_gpus = frozenset(
+            address for address, level in enforcement.levels.items()
+            if level.kernel) if enforcement is not None and \
+            dmem_hook is not None else frozenset()
         self.assignments: tuple[av_ledger.GpuAssignment, ...] | None = (
             None if ledger_source is None else ())
         self.plan = self._plan()
@@ -228,9 +245,18 @@ class DraPlugin:
 
     # what the node offers ---------------------------------------------------
     def _plan(self) -> dra_devices.DevicePlan:
-        return dra_devices.plan(self.node, self.inventory, self.assignments,
+        plan = dra_devices.plan(self.node, self.inventory, self.assignments,
                                 partition_devices=self.partition_devices,
                                 pcie_roots=self.pcie_roots)
+        judged = self.enforcement
+        if judged is None:
+            return plan
+        plan, dropped = dra_devices.with_enforcement(
+            plan, judged.levels, judged.requirement)
+        if dropped:
+            LOG.warning('Not publishing shares %s: %s', ', '.join(dropped),
+                        judged.refusal())
+        return plan
 
     def read_ledger(self) -> None:
         """Read the role ledger; keep the last good one when it fails."""
@@ -292,10 +318,11 @@ class DraPlugin:
                 LOG.info('Prepared claim %s/%s (%s): %s', namespace, name,
                          uid, ', '.join(d.device for d in prepared.devices))
             edits = dra_prepare.container_edits(prepared, self.units,
-                                                self.library)
+                                                self.library,
+                                                self.kernel_gpus)
             cdi.write(self.cdi_dir, self.driver, uid,
                       cdi.spec(self.driver, uid, prepared, edits,
-                               self.numbers))
+                               self.numbers, self.dmem_hook))
             return prepared
 
     def unprepare(self, uid: str) -> None:
@@ -422,6 +449,17 @@ def from_conf(conf: Any, inventory: model.HostInventory) -> DraPlugin:
         return data
 
     roles = noderoles.from_conf(conf, node, k8s.CoreV1Api(api_client))
+    hook = None
+    if group.dmem_hook:
+        hook = cdi.DmemHook(group.dmem_hook, group.dmem_hook_root)
+        kernel = dmem.probe(cgroups.CgroupFs(conf.kubernetes.cgroup_root))
+    else:
+        kernel = dmem.NodeDmem(False, '[dra] dmem_hook is not set, so no '
+                               'createRuntime hook caps the shares')
+    judged = node_enforcement.assess(
+        node_enforcement.Requirement(conf.kubernetes.memory_enforcement),
+        (str(g.address) for g in inventory.gpus), kernel,
+        memhook.check(conf.kubernetes.vgpu_library))
     return DraPlugin(
         inventory, node, read_claim, driver=group.driver_name,
         registration_dir=group.registration_dir,
@@ -440,4 +478,5 @@ def from_conf(conf: Any, inventory: model.HostInventory) -> DraPlugin:
         health_timeout=group.health_timeout,
         interval=group.publish_interval,
         pcie_roots=sysfs.pcie_roots(conf.inventory.sysfs_root,
-                                    (g.address for g in inventory.gpus)))
+                                    (g.address for g in inventory.gpus)),
+        enforcement=judged, dmem_hook=hook)
