@@ -3,12 +3,16 @@
 Face: :mod:`.agent` (the node agent), :mod:`.deviceplugin` (the kubelet
 device plugin), :mod:`.devices` (a node's GPU units and what a container
 gets), :mod:`.health` (unit health checks), :mod:`.memhook` (is the
-memory-limit library usable) and :mod:`.roles` (which GPUs the role ledger
-gives to Kubernetes). Inside: :mod:`.sharedalloc` and :mod:`.sharedserve`
-(Allocate for booked pods), :mod:`.podsource` (the node's pods and lock)
-and :mod:`.labels` (AMD's node labels). The DRA driver and the consumer
-view may import the face; the scheduler and the webhook may not.
+memory-limit library usable), :mod:`.roles` (which GPUs the role ledger
+gives to Kubernetes), :mod:`.enforcement` (each GPU's memory enforcement
+level), :mod:`.cgroups` and :mod:`.dmem` (kubelet's cgroups, kernel VRAM
+caps) and :mod:`.ocihook` (the caps of a container, from a runtime hook).
+Inside: :mod:`.sharedalloc` and :mod:`.sharedserve` (Allocate for booked
+pods), :mod:`.podcaps` (the pod caps of PreStartContainer),
+:mod:`.podsource` (the node's pods and lock) and :mod:`.labels` (AMD's
+node labels). The DRA driver and the consumer view may import the face;
+the scheduler and the webhook may not.
 """
 
-__all__ = ['agent', 'deviceplugin', 'devices', 'health', 'memhook',
-           'roles']
+__all__ = ['agent', 'cgroups', 'deviceplugin', 'devices', 'dmem',
+           'enforcement', 'health', 'memhook', 'ocihook', 'roles']
