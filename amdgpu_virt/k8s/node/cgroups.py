@@ -39,6 +39,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from amdgpu_virt import exception
+from amdgpu_virt import fileutil
 
 #: a cgroup interface file is small; anything larger is not one
 MAX_FILE_BYTES = 64 * 1024
@@ -272,26 +273,19 @@ class CgroupFs:
         """
         fd = self._open_file(parts, name, os.O_RDONLY)
         try:
-            chunks = []
-            size = 0
-            while size <= limit:
-                chunk = os.read(fd, min(65536, limit + 1 - size))
-                if not chunk:
-                    break
-                chunks.append(chunk)
-                size += len(chunk)
+            data = fileutil.read_fd(fd, limit)
         except OSError as err:
             raise exception.CgroupError(
                 path=self.where(parts, name), reason='cannot read it (%s)'
                 % (err.strerror or err)) from None
         finally:
             os.close(fd)
-        if size > limit:
+        if len(data) > limit:
             raise exception.CgroupError(
                 path=self.where(parts, name),
                 reason='larger than %d bytes: not a cgroup file' % limit)
         try:
-            return b''.join(chunks).decode('ascii')
+            return data.decode('ascii')
         except UnicodeDecodeError:
             raise exception.CgroupError(
                 path=self.where(parts, name),

@@ -15,7 +15,6 @@ Warning Event naming each GPU's reasons.
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import logging
 from collections.abc import Iterable
 from collections.abc import Mapping
@@ -190,14 +189,8 @@ def report(store: Any, core_api: Any, judged: NodeEnforcement,
 
 
 def publish(node_agent: Any) -> None:
-    """:func:`report` for a node agent made by ``agent.from_conf``; a
-    failure to publish is logged, never fatal."""
-    judged = getattr(node_agent, 'enforcement', None)
-    api = getattr(node_agent.store, 'api', None)
-    if judged is None or api is None:
-        return
-    now = datetime.datetime.now(datetime.UTC).strftime('%Y-%m-%dT%H:%M:%SZ')
-    try:
-        report(node_agent.store, api, judged, node_agent.share_count, now)
-    except exception.KubernetesError as err:
-        LOG.warning('memory enforcement not published on the node: %s', err)
+    """:func:`report` for a node agent made by ``agent.from_conf`` (its
+    ``enforcement``); a failure to publish is logged, never fatal."""
+    memhook.publish_with(node_agent, getattr(node_agent, 'enforcement',
+                                             None),
+                         report, 'memory enforcement')

@@ -254,18 +254,26 @@ def report(store: Any, core_api: Any, status: HookStatus, share: int,
     record_event(core_api, event_body(node, status, share, now))
 
 
-def publish(node_agent: Any) -> None:
-    """:func:`report` for a node agent made by ``agent.from_conf`` (its
-    ``memory_hook`` verdict, its store and share count); a failure to
-    publish is logged, never fatal."""
+def publish_with(node_agent: Any, verdict: Any, report_fn: Any,
+                 what: str) -> None:
+    """``report_fn(store, api, verdict, share_count, now)`` for a node
+    agent made by ``agent.from_conf``; nothing without a verdict or an
+    API; a failure to publish is logged, never fatal."""
     import datetime
 
-    status = getattr(node_agent, 'memory_hook', None)
     api = getattr(node_agent.store, 'api', None)
-    if status is None or api is None:
+    if verdict is None or api is None:
         return
     now = datetime.datetime.now(datetime.UTC).strftime('%Y-%m-%dT%H:%M:%SZ')
     try:
-        report(node_agent.store, api, status, node_agent.share_count, now)
+        report_fn(node_agent.store, api, verdict, node_agent.share_count,
+                  now)
     except exception.KubernetesError as err:
-        LOG.warning('memory-hook verdict not published on the node: %s', err)
+        LOG.warning('%s not published on the node: %s', what, err)
+
+
+def publish(node_agent: Any) -> None:
+    """:func:`report` for a node agent made by ``agent.from_conf`` (its
+    ``memory_hook`` verdict, its store and share count)."""
+    publish_with(node_agent, getattr(node_agent, 'memory_hook', None),
+                 report, 'memory-hook verdict')
