@@ -197,6 +197,14 @@ class KubernetesError(AmdgpuVirtError):
     msg_fmt = 'Kubernetes request %(request)s failed: %(reason)s'
 
 
+class InvalidQuantity(KubernetesError):
+    """Text that is no Kubernetes quantity (``resource.Quantity``), or one
+    beyond the bounds the project reads (:mod:`amdgpu_virt.k8s.api.quantity`).
+    """
+
+    msg_fmt = '%(value)r is not a Kubernetes quantity: %(reason)s'
+
+
 class AnnotationError(KubernetesError):
     msg_fmt = 'Bad annotation %(key)s on %(obj)s: %(reason)s'
 
@@ -299,3 +307,29 @@ class DmemError(CgroupError):
 
 class OciStateError(AmdgpuVirtError):
     msg_fmt = 'OCI state from the container runtime: %(field)s: %(reason)s'
+class HookInstallError(AmdgpuVirtError):
+    """``k8s install-hook`` could not install the memory-limit library."""
+
+    msg_fmt = ('Cannot install the memory-limit hook library %(path)s: '
+               '%(reason)s')
+
+
+class HookSourceMissing(HookInstallError):
+    msg_fmt = ('Memory-limit hook library source %(path)s cannot be read: '
+               '%(reason)s')
+
+
+class HookSourceInvalid(HookInstallError):
+    msg_fmt = ('Memory-limit hook library source %(path)s is not usable: '
+               '%(reason)s')
+
+
+class HookTargetError(HookInstallError):
+    msg_fmt = ('Cannot install the memory-limit hook library at %(path)s: '
+               '%(reason)s')
+
+
+class HookInstallBusy(HookInstallError):
+    msg_fmt = ('Cannot install the memory-limit hook library at %(path)s: '
+               'another install held its directory\'s lock for '
+               '%(seconds)s seconds; run the same command again')

@@ -2,8 +2,11 @@
 
 * ``webhook``: decisions per second of the admission webhook's pure
   ``review`` over a mix of GPU pods (allowed and denied);
-* ``shared``: one HAMi Allocate decision (pod lookup, CU occupancy rebuilt
-  from ``--pods`` live pods on an 8-GPU node, mask choice), without I/O;
+* ``shared``: one record-driven Allocate decision without I/O: the
+  record of ``--pods`` live pods on an 8-GPU node checked, the pod and
+  container chosen (the lock holder's container that got its init
+  container's device ID again, with every live pod's served IDs in the
+  checkpoint), and the answer built;
 * ``grpc``: Allocate round trips to a device plugin on a unix socket
   (whole-GPU mode), as kubelet makes them.
 
@@ -18,6 +21,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import datetime
 import os
 import shutil
 import statistics
@@ -34,8 +38,10 @@ from amdgpu_virt.k8s.admission import webhook
 from amdgpu_virt.k8s.node import deviceplugin
 from amdgpu_virt.k8s.node import devices
 from amdgpu_virt.k8s.node import sharedalloc
+from amdgpu_virt.k8s.node import sharedpick
 from amdgpu_virt.k8s.proto.deviceplugin.v1beta1 import api_pb2
 from amdgpu_virt.k8s.proto.deviceplugin.v1beta1 import api_pb2_grpc
+from amdgpu_virt.k8s.record import allocation as allocrecord
 from amdgpu_virt.sharing import hami
 
 
@@ -79,27 +85,45 @@ def bench_webhook(reviews: int) -> None:
 def bench_shared(live: int, decisions: int) -> None:
     units = devices.units_from_inventory(simulate.design_host(
         simulate.HostSpec(hostname='bench')))
+    capacity = sharedalloc.capacity(units, 64)
+    record = allocrecord.Record('bench')
+    served = sharedalloc.Served()
     pods = []
     for n in range(live):
         unit = units[n % len(units)]
-        first = (n // len(units)) * 8
+        uid = 'uid-live%d' % n
+        record = allocrecord.book(record, uid, 'ns', 'live%d' % n, n, ((
+            hami.ContainerDevice(unit.uuid, 'AMD', 256, 8),),), capacity)
+        served = served.add(uid, 0, [unit.device_id(n // len(units))])
         pods.append({'metadata': {'name': 'live%d' % n, 'namespace': 'ns',
-                                  'annotations': {hami.CU_ALLOCATED:
-                                                  '{"%s":"%d-%d"}' % (
-                                                      unit.uuid, first,
-                                                      first + 7)}},
-                     'status': {'phase': 'Running'}})
-    value = '%s,AMD,4096,16:;' % units[0].uuid
-    pod = {'metadata': {'name': 'new', 'namespace': 'ns', 'annotations': {
-        hami.BIND_PHASE: 'allocating', hami.VGPU_NODE: 'bench',
-        hami.BIND_TIME: '1', hami.DEVICES_TO_ALLOCATE: value}},
-        'status': {'phase': 'Pending'}}
-    everything = [*pods, pod]
+                                  'uid': uid},
+                     'spec': {'nodeName': 'bench', 'containers': [
+                         {'name': 'c0'}]},
+                     'status': {'phase': 'Running', 'containerStatuses': [
+                         {'name': 'c0', 'state': {'running': {}}}]}})
+    # the lock holder: an init container, then a container that gets the
+    # init container's device ID again (kubelet's reuse)
+    gpu = units[0]
+    record = allocrecord.book(record, 'uid-new', 'ns', 'new', live, (
+        (hami.ContainerDevice(gpu.uuid, 'AMD', 1024, 16),),
+        (hami.ContainerDevice(gpu.uuid, 'AMD', 4096, 16),)), capacity)
+    served = served.add('uid-new', 0, [gpu.device_id(63)])
+    pods.append({'metadata': {'name': 'new', 'namespace': 'ns',
+                              'uid': 'uid-new'},
+                 'spec': {'nodeName': 'bench',
+                          'initContainers': [{'name': 'init'}],
+                          'containers': [{'name': 'c0'}]},
+                 'status': {'phase': 'Pending'}})
+    lock = hami.encode_node_lock(hami.NodeLock(
+        datetime.datetime.now(datetime.UTC), 'ns', 'new'))
 
     def decide(_n: int) -> None:
-        found = sharedalloc.find_pod(everything, 'bench', None)
-        assert found is not None
-        sharedalloc.allocate(found, units, everything, ['x-0'], 'bench')
+        allocrecord.check(record, capacity)
+        pick = sharedpick.decide(record, pods, served, lock, 'uid-new',
+                                 [gpu.device_id(63)], 'amd.com/gpu',
+                                 'bench')
+        assert (pick.grants.name, pick.index) == ('new', 1)
+        sharedalloc.container_allocation(pick.grants, pick.index, units)
 
     _timed('shared', decisions, decide)
 
@@ -135,15 +159,16 @@ def main(argv: list[str] | None = None) -> int:
                         help='webhook decisions (default 2000)')
     parser.add_argument('--pods', type=int, default=64,
                         help='live pods holding 8 CUs each on the 8-GPU '
-                        'node, at most 288 (default 64)')
+                        'node, at most 256 (default 64)')
     parser.add_argument('--decisions', type=int, default=200,
-                        help='HAMi Allocate decisions (default 200)')
+                        help='record-driven Allocate decisions (default '
+                        '200)')
     parser.add_argument('--allocs', type=int, default=200,
                         help='gRPC Allocate round trips (default 200)')
     args = parser.parse_args(argv)
     if min(args.reviews, args.decisions, args.allocs) < 1 or \
-            not 0 <= args.pods <= 288:
-        parser.error('counts must be positive and --pods at most 288')
+            not 0 <= args.pods <= 256:
+        parser.error('counts must be positive and --pods at most 256')
     print('python %s, %d CPUs' % (sys.version.split()[0], os.cpu_count()))
     bench_webhook(args.reviews)
     bench_shared(args.pods, args.decisions)

@@ -4,8 +4,9 @@ Builds ``--hosts`` simulated hosts of 8 MI300X (half under GIM with 8 VFs
 per GPU, half under amdgpu) and their ledger (``nova-vf`` and
 ``k8s-shared``), then times: checking the ledger against the inventories,
 rendering every host's files (Nova snippets and GIM files through the Nova
-renderers, Kubernetes files), writing them (first run), the idempotent
-second run, and a cross-audit of one observation per GPU and side.
+renderers; Kubernetes hosts need none, the ledger ConfigMap is all they
+read), writing them (first run), the idempotent second run, and a
+cross-audit of one observation per GPU and side.
 
 Usage::
 
@@ -62,8 +63,7 @@ def main(argv: list[str] | None = None) -> int:
            inventories.values())
     renderer = nova_pool.NovaRenderer(driver.NovaBackend(conf.new_conf()))
     files = _timed('render every host', apply.render_all, ledger,
-                   ledger.hosts, inventories, renderer,
-                   ('kube-system', 'amdgpu-virt-ledger'))
+                   ledger.hosts, inventories, renderer)
     with tempfile.TemporaryDirectory(dir=args.tmpdir) as out:
         report = _timed('write (first run)', apply.apply_files, out, files)
         print('%-34s %9d' % ('files written', len(report.written)))

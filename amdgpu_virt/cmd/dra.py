@@ -14,11 +14,13 @@ from typing import Any
 import yaml
 from cliff import command
 
+from amdgpu_virt import exception
 from amdgpu_virt import inventory as inventory_pkg
 from amdgpu_virt import ledger as av_ledger
 from amdgpu_virt import plugins
 from amdgpu_virt.cmd import k8s as cmd_k8s
 from amdgpu_virt.cmd import main as av_main
+from amdgpu_virt.k8s.dra import served
 
 LOG = logging.getLogger(__name__)
 
@@ -41,11 +43,18 @@ class DraSlices(command.Command):
     Reads the host with the inventory driver ([inventory], or --sysfs-root
     / --snapshot) and the roles of its GPUs from --ledger: only GPUs whose
     role is k8s-dedicated or k8s-shared are published; without --ledger
-    every amdgpu-driven GPU is published whole. Every device carries the
-    PCIe root complex read from the sysfs tree (not from a snapshot).
-    Reads [dra] driver_name, partition_devices, memory_step_mib,
+    every amdgpu-driven GPU is k8s-dedicated. What is published depends on
+    the Kubernetes release the slices are for (--release, with its default
+    feature gates, changed by --feature-gates): whole GPUs always;
+    partitions beside their whole GPU where DRAPartitionableDevices is on
+    (1.36 and later), else as [dra] partitions_without_counters says;
+    shares of k8s-shared GPUs where DRAConsumableCapacity is on (1.36 and
+    later). Every device carries the PCIe root complex read from the
+    sysfs tree (not from a snapshot). Reads [dra] driver_name,
+    partition_devices, partitions_without_counters, memory_step_mib,
     slice_layout and, with --classes, extended_resource_name. Prints YAML
-    documents (resource.k8s.io/v1).
+    documents (resource.k8s.io/v1) after a comment saying what the
+    release keeps; what a GPU does not offer there is a warning.
     """
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
@@ -62,7 +71,9 @@ class DraSlices(command.Command):
         parser.add_argument(
             '--ledger', metavar='FILE',
             help='role ledger (YAML); only its k8s-* GPUs of this host are '
-                 'published. Default: every amdgpu-driven GPU, whole')
+                 'published. Default: every amdgpu-driven GPU, as '
+                 'k8s-dedicated (whole, and partitioned GPUs\' partitions '
+                 'where the release keeps counters)')
         parser.add_argument(
             '--node', metavar='NAME',
             help='node (and ledger host) name; default: the inventory\'s '
@@ -71,11 +82,23 @@ class DraSlices(command.Command):
             '--generation', metavar='N', type=int, default=1,
             help='pool generation to write (default 1)')
         parser.add_argument(
+            '--release', metavar='X.Y', default='%d.%d' % served.NEWEST,
+            help='the Kubernetes release of the API server, e.g. 1.34: its '
+                 'default feature gates and its counter layout decide what '
+                 'is published. Default: %d.%d (the same for later '
+                 'releases)' % served.NEWEST)
+        parser.add_argument(
+            '--feature-gates', metavar='GATES', default='',
+            help='feature gates of the API server that differ from the '
+                 'release\'s defaults, as kube-apiserver takes them: '
+                 '"DRAPartitionableDevices=true,DRAConsumableCapacity='
+                 'true"')
+        parser.add_argument(
             '--layout', choices=('mixed', 'separate'),
             help='where counter sets go: "mixed" (beside the devices that '
                  'consume them, Kubernetes 1.34) or "separate" (slices of '
                  'their own, 1.35 and later). Default: [dra] slice_layout, '
-                 'and "separate" when that is "auto"')
+                 'and the release\'s when that is "auto"')
         parser.add_argument(
             '--classes', action='store_true',
             help='also print the three DeviceClasses (whole GPU, partition, '
@@ -88,6 +111,12 @@ class DraSlices(command.Command):
         from amdgpu_virt.k8s.dra import slices
 
         conf = av_main.app_conf(self.app)
+        release = served.parse_release(parsed_args.release)
+        gates = served.parse_gates(parsed_args.feature_gates)
+        if release < served.OLDEST:
+            raise exception.UsageError(
+                option='--release', reason='DRA (resource.k8s.io/v1) needs '
+                'Kubernetes %d.%d or later' % served.OLDEST)
         name = None
         if parsed_args.sysfs_root:
             conf.set_override('sysfs_root', parsed_args.sysfs_root,
@@ -116,15 +145,21 @@ class DraSlices(command.Command):
             from amdgpu_virt.inventory import sysfs
             roots = sysfs.pcie_roots(conf.inventory.sysfs_root,
                                      (g.address for g in found.gpus))
+        layout = parsed_args.layout or group.slice_layout
+        kept = served.for_release(
+            release, gates,
+            None if layout == 'auto' else served.Layout(layout))
         plan = devices.plan(node, found, assignments,
                             partition_devices=group.partition_devices,
-                            pcie_roots=roots)
-        layout = parsed_args.layout or group.slice_layout
+                            pcie_roots=roots, served=kept,
+                            without_counters=group.partitions_without_counters)
+        for held in plan.withheld:
+            self.app.stderr.write('warning: %s (Kubernetes %d.%d)\n'
+                                  % ((held,) + release))
         docs = slices.build(plan, group.driver_name,
                             generation=parsed_args.generation,
                             memory_step_mib=group.memory_step_mib,
-                            layout=slices.Layout.MIXED if layout == 'mixed'
-                            else slices.Layout.SEPARATE)
+                            layout=kept.layout)
         if parsed_args.classes:
             docs = classes.device_classes(
                 group.driver_name, group.extended_resource_name) + docs
@@ -132,6 +167,10 @@ class DraSlices(command.Command):
             self.app.stderr.write('warning: node %s offers no GPU through '
                                   'DRA\n' % node)
             return 0
+        self.app.stdout.write(
+            '# Kubernetes %d.%d%s keeps %s.\n' % (
+                release + (' with %s' % parsed_args.feature_gates
+                           if gates else '', kept.describe())))
         self.app.stdout.write(yaml.safe_dump_all(docs, sort_keys=False))
         return 0
 

@@ -144,6 +144,90 @@ class Scheduler(command.Command):
         return run_until_signalled(service)
 
 
+class InstallHook(command.Command):
+    """Install the memory-limit hook library (LD_AUDIT) on this node.
+
+    Checks --from (a loadable ELF shared object for this host), then
+    makes --to hold it: nothing is written when it already holds the
+    same bytes; otherwise a temporary copy in the same directory is
+    written, synced, checked and renamed over it, so no process ever
+    loads half a library. The directory of --to must exist and must not
+    be a symbolic link. Exit statuses: 0 installed or up to date; 65 the
+    source is not a usable library; 66 the source cannot be read; 73 the
+    target cannot be written; 75 another install held the directory's
+    lock. With --best-effort a failure is reported and the status is 0
+    (the node then offers whole GPUs only, and says why).
+    """
+
+    def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
+        parser = super().get_parser(prog_name)
+        parser.add_argument('--from', dest='source', metavar='SRC',
+                            required=True,
+                            help='the library to install (e.g. in an '
+                                 'image)')
+        parser.add_argument('--to', dest='target', metavar='DST',
+                            required=True,
+                            help='where processes load it: [kubernetes] '
+                                 'vgpu_library on the host')
+        parser.add_argument('--best-effort', action='store_true',
+                            help='report a failure and exit 0, so that the '
+                                 'node pods start and offer whole GPUs')
+        parser.add_argument('--message-file', metavar='FILE',
+                            help='also write the outcome (one line) here, '
+                                 'e.g. /dev/termination-log')
+        parser.add_argument('--lock-timeout', type=float, metavar='SECONDS',
+                            default=30.0,
+                            help='how long to wait for another install '
+                                 '(default: 30)')
+        return parser
+
+    def take_action(self, parsed_args: argparse.Namespace) -> int:
+        from amdgpu_virt import exception
+        from amdgpu_virt.k8s.node import hookinstall
+
+        if not 0 <= parsed_args.lock_timeout <= 3600:
+            raise exception.UsageError(option='--lock-timeout',
+                                       reason='0 to 3600 seconds')
+        try:
+            done = hookinstall.install(
+                parsed_args.source, parsed_args.target,
+                lock_timeout=parsed_args.lock_timeout)
+        except exception.HookInstallError as err:
+            if not parsed_args.best_effort:
+                _write_message(parsed_args.message_file, str(err))
+                raise
+            outcome = '%s; %s' % (err, _left_behind(parsed_args.target))
+            self.app.stderr.write('warning: %s\n' % outcome)
+            _write_message(parsed_args.message_file, outcome)
+            return 0
+        self.app.stdout.write('%s\n' % done)
+        _write_message(parsed_args.message_file, str(done))
+        return 0
+
+
+def _left_behind(target: str) -> str:
+    """What a failed install leaves at ``target``, for its message."""
+    from amdgpu_virt.k8s.node import memhook
+
+    status = memhook.check(target)
+    if status.usable:
+        return 'the library already at %s is kept' % target
+    return ('nothing was changed, and without a usable library at %s the '
+            'node offers whole GPUs only' % target)
+
+
+def _write_message(path: str | None, text: str) -> None:
+    """The outcome for ``kubectl describe pod`` (kubelet keeps 4 KiB)."""
+    if not path:
+        return
+    try:
+        with open(path, 'w', encoding='utf-8') as stream:
+            stream.write(text[:4096])
+    except OSError as err:
+        LOG.warning('cannot write the outcome to %s: %s', path,
+                    err.strerror)
+
+
 class DmemHook(command.Command):
     """Cap a container's VRAM: the CDI createRuntime hook of DRA shares.
 

@@ -147,7 +147,6 @@ class Apply(command.Command):
         needs_nova = any(a.role.side == 'nova' for h in hosts
                          for a in ledger.for_host(h))
         nova = _nova_renderer(self.app) if needs_nova else None
-        where = (conf.pool.configmap_namespace, conf.pool.configmap_name)
         configmap_text = None
         if pool_apply.has_k8s_roles(ledger) and not parsed_args.host:
             from amdgpu_virt.k8s.record import ledgermap
@@ -162,7 +161,7 @@ class Apply(command.Command):
                 err.flush()
 
         rendered = pool_apply.render_all(ledger, hosts, inventories, nova,
-                                         where, configmap_text, progress,
+                                         configmap_text, progress,
                                          dra=_dra_renderer(conf))
         output_dir = parsed_args.output_dir or conf.pool.output_dir
         selected = set(hosts)

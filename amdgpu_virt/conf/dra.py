@@ -114,14 +114,38 @@ Related options:
                 help="""
 Publish the compute partitions (DPX/QPX/CPX) of partitioned GPUs as
 devices consuming shared counters of their GPU, beside the whole GPU.
-This needs the DRAPartitionableDevices feature (beta, on by default from
-Kubernetes 1.36). An API server that drops the counters is detected and
-the slices are withdrawn.
+The counters need the DRAPartitionableDevices feature (beta, on by
+default from Kubernetes 1.36); the plugin learns whether the API server
+keeps them, and where it does not, a partitioned GPU is published as
+partitions_without_counters says.
 
 Possible values:
 
 * true: (default) whole GPUs and their partitions
 * false: whole GPUs only
+
+Related options:
+
+* partitions_without_counters
+"""),
+    cfg.StrOpt('partitions_without_counters', default='whole',
+               choices=[
+                   ('whole', 'the whole GPU only: partitions are not '
+                    'offered'),
+                   ('partitions', 'its partitions only, each an exclusive '
+                    'device, and no whole-GPU device: a claim takes a '
+                    'whole GPU as all of its partitions (count and '
+                    'matchAttribute pciAddress)')],
+               help="""
+How a partitioned (DPX/QPX/CPX) k8s-dedicated GPU is published on an API
+server that does not keep shared counters (DRAPartitionableDevices off,
+the default of Kubernetes 1.34 and 1.35). Without counters nothing keeps
+a whole GPU and its partitions from being allocated at once, so each
+partitioned GPU is published in one form only.
+
+Related options:
+
+* partition_devices (false: whole GPUs everywhere)
 """),
     cfg.StrOpt('slice_layout', default='auto',
                choices=[
@@ -145,6 +169,29 @@ layout are deleted before the new ones are written.
 Related options:
 
 * partition_devices (without partitions there are no counters)
+* probe_interval
+"""),
+    cfg.IntOpt('probe_interval', default=600, min=0, max=86400,
+               help="""
+Seconds after which the plugin asks the API server again which
+ResourceSlice fields it keeps (a server-side dry-run create of a probe
+slice: nothing is stored). Fields of feature gates that are off are
+dropped silently, so the plugin publishes only what the server keeps:
+whole GPUs always, partitions with counters where DRAPartitionableDevices
+is on, shares where DRAConsumableCapacity is on. It also asks at start,
+when the API server's version changes, and when a write shows a field
+dropped (then it writes the slices again without what was dropped at
+once). A dry-run refused (an admission webhook without dry-run support)
+falls back to the defaults of the server's release.
+
+Possible values:
+
+* 0: only at start and on those events
+* 1..86400 seconds; 600 (default)
+
+Related options:
+
+* publish_interval, slice_layout, partitions_without_counters
 """),
     cfg.IntOpt('memory_step_mib', default=256, min=1, max=65536,
                help="""

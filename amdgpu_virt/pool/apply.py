@@ -7,16 +7,17 @@ directory ``<output>/<host>/`` with:
   host with Nova roles;
 * ``host/...``: GIM / vfio-pci files at their absolute paths under
   ``host/`` (``host/etc/modprobe.d/...``), for a host with Nova roles;
-* ``k8s/roles.yaml`` and ``k8s/amdgpu-virt-agent.conf``: the host's
-  roles and the node agent's configuration, for a host with Kubernetes
-  roles; with the host's inventory and a DRA renderer also
-  ``k8s/dra-resourceslices.yaml``, the ResourceSlices the DRA plugin will
-  publish for the node (for review; the plugin writes them itself);
+* ``k8s/dra-resourceslices.yaml``, for a host with Kubernetes roles,
+  given its inventory and a DRA renderer: the ResourceSlices the DRA
+  plugin will publish for the node (for review; the plugin writes them
+  itself);
 
 and ``<output>/ledger-configmap.yaml`` holds the ledger ConfigMap when a
-host has a Kubernetes role. Nova's renderers are reached through the
-small :class:`NovaRenderer` interface, so this module imports no cloud
-library.
+host has a Kubernetes role. That ConfigMap is all the Kubernetes side
+needs: the chart's node pods read it (``ledger.source``), and find their
+node's name through the downward API, so nothing is rendered per host for
+them. Nova's renderers are reached through the small
+:class:`NovaRenderer` interface, so this module imports no cloud library.
 
 Writes are idempotent (a file is written only when its content changes)
 and recorded in ``<output>/.amdgpu-virt-apply.json``, so that a file no
@@ -43,8 +44,6 @@ from amdgpu_virt.model import Role
 NOVA_SNIPPET = 'nova/nova.conf.d/amdgpu-virt-pci.conf'
 HOST_DIR = 'host'
 HOST_NOTES = '/NOTES.amdgpu-virt'
-K8S_ROLES = 'k8s/roles.yaml'
-K8S_AGENT_CONF = 'k8s/amdgpu-virt-agent.conf'
 K8S_DRA_SLICES = 'k8s/dra-resourceslices.yaml'
 CONFIGMAP_FILE = 'ledger-configmap.yaml'
 MANIFEST = '.amdgpu-virt-apply.json'
@@ -92,27 +91,11 @@ class NovaRenderer(Protocol):
 DraRenderer = Callable[[HostInventory, Ledger, str], str]
 
 
-def _agent_conf(host: str, namespace: str, name: str) -> str:
-    return '\n'.join([
-        HEADER % host,
-        '# The node agent and the device plugin read the roles of this',
-        '# node\'s GPUs from the ledger ConfigMap and offer only its k8s-*',
-        '# GPUs.',
-        '[kubernetes]', 'node_name = %s' % host, 'ledger_source = configmap',
-        '',
-        '[pool]', 'configmap_namespace = %s' % namespace,
-        'configmap_name = %s' % name]) + '\n'
-
-
 def render_host(host: str, ledger: Ledger, inventory: HostInventory | None,
-                nova: NovaRenderer | None,
-                configmap: tuple[str, str] = ('kube-system',
-                                              'amdgpu-virt-ledger'),
-                dra: DraRenderer | None = None
+                nova: NovaRenderer | None, dra: DraRenderer | None = None
                 ) -> tuple[OutputFile, ...]:
     """Every file of one host, sorted by path.
 
-    :param configmap: namespace and name of the ledger ConfigMap.
     :param dra: renders the host's DRA ResourceSlices (None: not rendered).
     :raises PlanError: a host with Nova roles has no inventory, or there
         is no Nova renderer.
@@ -135,10 +118,6 @@ def render_host(host: str, ledger: Ledger, inventory: HostInventory | None,
                 '%s/%s/%s' % (host, HOST_DIR, item.path.lstrip('/')),
                 item.content, item.mode))
     if 'k8s' in roles:
-        result.append(OutputFile('%s/%s' % (host, K8S_ROLES),
-                                 ledger.restrict([host]).dumps()))
-        result.append(OutputFile('%s/%s' % (host, K8S_AGENT_CONF),
-                                 _agent_conf(host, *configmap)))
         text = dra(inventory, ledger, host) if (
             dra is not None and inventory is not None) else ''
         if text:
@@ -287,7 +266,7 @@ def apply_files(output_dir: str, rendered: Iterable[OutputFile],
 
 def render_all(ledger: Ledger, hosts: Iterable[str],
                inventories: Mapping[str, HostInventory],
-               nova: NovaRenderer | None, configmap: tuple[str, str],
+               nova: NovaRenderer | None,
                configmap_text: str | None = None,
                progress: Callable[[int], None] | None = None,
                dra: DraRenderer | None = None
@@ -299,7 +278,7 @@ def render_all(ledger: Ledger, hosts: Iterable[str],
     result: list[OutputFile] = []
     for count, host in enumerate(hosts, 1):
         result.extend(render_host(host, ledger, inventories.get(host), nova,
-                                  configmap, dra))
+                                  dra))
         if progress is not None:
             progress(count)
     if configmap_text is not None:

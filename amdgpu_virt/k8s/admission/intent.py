@@ -52,6 +52,7 @@ import yaml
 
 from amdgpu_virt import exception
 from amdgpu_virt import yamlutil
+from amdgpu_virt.k8s.api import quantity
 from amdgpu_virt.model import GpuModel
 from amdgpu_virt.model import Kind
 from amdgpu_virt.policy import base
@@ -143,9 +144,9 @@ def claim_template(decision: IntentDecision) -> dict[str, Any]:
                                'count': decision.gpus}
     if decision.kind is Kind.CU:
         request['deviceClassName'] = DRA_SHARE_CLASS
-        capacity = {'computeUnits': str(decision.cus or 1)}
+        capacity = {'computeUnits': quantity.decimal(decision.cus or 1)}
         if decision.memory_mib is not None:
-            capacity['memory'] = '%dMi' % decision.memory_mib
+            capacity['memory'] = quantity.mebibytes(decision.memory_mib)
         request['capacity'] = {'requests': capacity}
     else:
         request['deviceClassName'] = DRA_WHOLE_CLASS

@@ -14,6 +14,7 @@ from amdgpu_virt import exception
 from amdgpu_virt.k8s import fit
 from amdgpu_virt.k8s.admission import intent as pod_intent
 from amdgpu_virt.k8s.api import client as k8s_client
+from amdgpu_virt.k8s.api import quantity
 from amdgpu_virt.model import GpuModel
 from amdgpu_virt.sharing import enforcement
 from amdgpu_virt.sharing import hami
@@ -118,13 +119,29 @@ class ClusterModels:
         return models
 
 
+def _value(text: Any) -> Any:
+    try:
+        return quantity.value(text)
+    except exception.InvalidQuantity:
+        return text
+
+
+def _values(spec: Any) -> Any:
+    """A template's ``spec`` with its quantities as values."""
+    if not isinstance(spec, dict):
+        return spec
+    return quantity.map_fields(spec, tuple(
+        ('spec',) + p for p in quantity.CLAIM_SPEC_PATHS), _value)
+
+
 class ClaimTemplates:
     """Makes sure a ResourceClaimTemplate exists, through a
     ``ResourceV1Api`` (the DRA path of stated needs).
 
     The name is derived from the content, so an existing template of that
     name is reused; one whose spec differs (someone else wrote it) is
-    refused rather than trusted.
+    refused rather than trusted. Quantities are compared by value: the API
+    server stores them in its own form.
     """
 
     def __init__(self, resource_api: Any) -> None:
@@ -144,7 +161,7 @@ class ClaimTemplates:
             'GET %s' % what, self.api.read_namespaced_resource_claim_template,
             name, namespace, _preload_content=False)
         found = json.loads(response.data).get('spec')
-        if found != template['spec']:
+        if _values(found) != _values(template['spec']):
             raise exception.KubernetesError(
                 request='GET %s' % what,
                 reason='it exists with another spec (%s), not the one this '

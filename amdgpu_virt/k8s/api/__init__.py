@@ -3,9 +3,10 @@
 Face: :mod:`.client` (clients from the ``[kubernetes]`` options and
 :func:`~.client.call`, the one place transport and API errors become the
 project's), :mod:`.labels` (label values), :mod:`.namespaces` (namespace
-labels, cached) and :mod:`.httpserver` (the server for hostile clients
-that the webhook and the extender share).
-Every component may import it; it imports no component.
+labels, cached), :mod:`.quantity` (resource quantities, parsed and
+written by Kubernetes' rules) and :mod:`.httpserver` (the server for
+hostile clients that the webhook and the extender share). Every component
+may import it; it imports no component.
 """
 
-__all__ = ['client', 'httpserver', 'labels', 'namespaces']
+__all__ = ['client', 'httpserver', 'labels', 'namespaces', 'quantity']

@@ -98,11 +98,24 @@ def call(what: str, func: Any, *args: Any, **kwargs: Any) -> Any:
         if err.status == 404:
             raise exception.KubernetesNotFound(request=what) from None
         raise exception.KubernetesError(
-            request=what, reason='%s %s' % (err.status, err.reason)
-        ) from None
+            request=what, reason='%s %s' % (err.status, err.reason),
+            status=err.status) from None
     except TRANSPORT_ERRORS as err:
         raise unavailable(what, err) from None
     return result
+
+
+#: API answers worth asking again: the server was busy or failed
+TRANSIENT_STATUSES = frozenset({429, 500, 502, 503, 504})
+
+
+def transient(err: exception.KubernetesError) -> bool:
+    """Whether asking again may succeed: the request or its answer was
+    lost, or the API server answered it was busy or failed (429, 5xx).
+    A lost answer may hide a request that took effect: only idempotent
+    requests (reads, conditional or merge writes) may be repeated."""
+    return isinstance(err, exception.KubernetesUnavailable) or \
+        err.kwargs.get('status') in TRANSIENT_STATUSES
 
 
 def unavailable(what: str, err: BaseException

@@ -3,7 +3,7 @@
 A GPU is offered only when the role ledger gives it to Kubernetes
 (``k8s-dedicated`` or ``k8s-shared``); a GPU given to Nova, an idle GPU and
 a GPU not driven by amdgpu are never published. Without a ledger every
-amdgpu-driven GPU is offered whole (as the device plugin does).
+amdgpu-driven GPU is ``k8s-dedicated``.
 
 Three kinds of device (the ``type`` attribute):
 
@@ -17,8 +17,23 @@ Three kinds of device (the ``type`` attribute):
   ``allowMultipleAllocations`` and the consumable capacities
   ``computeUnits`` and ``memory``; each claim gets a share of both.
 
-Device order is the packing policy (the allocator takes the first fit in
-published order, see :func:`plan`).
+What the API server keeps (:class:`~amdgpu_virt.k8s.dra.served.Served`)
+decides what is offered, so that nothing means less there than it says:
+
+* whole GPUs, always;
+* partitions beside their whole GPU only where counters are kept. Where
+  they are not, nothing could keep a whole GPU and its partitions apart,
+  so a partitioned GPU is offered in one form (``without_counters``):
+  ``whole`` (the default: partitions are not offered) or ``partitions``
+  (its partitions, each an exclusive device, and no whole device: a claim
+  takes the whole GPU as all of its partitions);
+* shares only where consumable capacity is kept (a share without it would
+  be one exclusive device with no granted capacity); a ``k8s-shared`` GPU
+  is not offered elsewhere.
+
+What is held back is listed in :attr:`DevicePlan.withheld`. Device order
+is the packing policy (the allocator takes the first fit in published
+order, see :func:`plan`).
 """
 
 from __future__ import annotations
@@ -29,6 +44,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from amdgpu_virt import exception
 from amdgpu_virt import model
+from amdgpu_virt.k8s.dra import served as dra_served
 from amdgpu_virt.ledger import GpuAssignment
 from amdgpu_virt.model import Role
 from amdgpu_virt.sharing.enforcement import Level
@@ -37,6 +53,10 @@ from amdgpu_virt.sharing.enforcement import Requirement
 #: reported VRAM at most this fraction below the catalog's nominal size is
 #: published as the nominal size (the VBIOS keeps a few MiB)
 NOMINAL_VRAM_SLACK = 0.01
+#: how a partitioned GPU is offered where counters are not kept
+WHOLE = 'whole'
+PARTITIONS = 'partitions'
+WITHOUT_COUNTERS = (WHOLE, PARTITIONS)
 
 
 class DeviceType(str, enum.Enum):  # noqa: UP042 (str() stays Enum-style)
@@ -87,12 +107,32 @@ class CounterSet:
 
 
 @dataclasses.dataclass(frozen=True)
+class Withheld:
+    """What a GPU does not offer on this API server, and why.
+
+    :ivar gpu: the GPU's PCI address.
+    :ivar what: ``partitions``, ``whole GPU`` or ``shares``.
+    :ivar gate: the feature gate whose fields the server does not keep.
+    """
+
+    gpu: str
+    what: str
+    gate: str
+
+    def __str__(self) -> str:
+        return 'GPU %s offers no %s: the API server does not keep the ' \
+            'fields of %s' % (self.gpu, self.what, self.gate)
+
+
+@dataclasses.dataclass(frozen=True)
 class DevicePlan:
-    """Every device of a node, in publishing order, and its counter sets."""
+    """Every device of a node, in publishing order, its counter sets, and
+    what its GPUs hold back on this API server."""
 
     node: str
     devices: tuple[DraDevice, ...] = ()
     counter_sets: tuple[CounterSet, ...] = ()
+    withheld: tuple[Withheld, ...] = ()
 
     def device(self, name: str) -> DraDevice | None:
         for device in self.devices:
@@ -135,10 +175,35 @@ def _memory_mib(reported: int, nominal: int | None) -> int:
     return reported
 
 
-def _gpu_devices(gpu: model.Gpu, role: Role, partition_devices: bool
+def _gpu_devices(gpu: model.Gpu, role: Role, partition_devices: bool,
+                 served: dra_served.Served, without_counters: str
+                 ) -> tuple[list[DraDevice], list[DraDevice],
+                            CounterSet | None, list[Withheld]]:
+    """(partition or share devices, whole devices, counter set, withheld)
+    of a GPU."""
+    parts, wholes, counters = _all_devices(gpu, role, partition_devices)
+    address = str(gpu.address)
+    if role is Role.K8S_SHARED and not served.consumable:
+        return [], [], None, [Withheld(address, 'shares',
+                                       dra_served.CONSUMABLE)]
+    if counters is None or served.counters:
+        return parts, wholes, counters, []
+    parts = [dataclasses.replace(d, counter_set=None, counters=())
+             for d in parts]
+    wholes = [dataclasses.replace(d, counter_set=None, counters=())
+              for d in wholes]
+    if without_counters == PARTITIONS:
+        return parts, [], None, [Withheld(address, 'whole GPU',
+                                          dra_served.PARTITIONABLE)]
+    return [], wholes, None, [Withheld(address, 'partitions',
+                                       dra_served.PARTITIONABLE)]
+
+
+def _all_devices(gpu: model.Gpu, role: Role, partition_devices: bool
                  ) -> tuple[list[DraDevice], list[DraDevice],
                             CounterSet | None]:
-    """(partition or share devices, whole devices, counter set) of a GPU."""
+    """(partition or share devices, whole devices, counter set) of a GPU
+    on an API server that keeps everything."""
     label = gpu_label(gpu.address)
     parts = tuple(sorted(gpu.partitions, key=lambda p: p.index))
     count = len(parts)
@@ -182,8 +247,9 @@ def _gpu_devices(gpu: model.Gpu, role: Role, partition_devices: bool
 def plan(node: str, inventory: model.HostInventory,
          assignments: Iterable[GpuAssignment] | None = None,
          partition_devices: bool = True,
-         pcie_roots: Mapping[model.PciAddress, str] | None = None
-         ) -> DevicePlan:
+         pcie_roots: Mapping[model.PciAddress, str] | None = None,
+         served: dra_served.Served = dra_served.FULL,
+         without_counters: str = WHOLE) -> DevicePlan:
     """The devices ``node`` publishes, in the order that packs best.
 
     The allocator tries devices in published order and keeps the first
@@ -200,14 +266,20 @@ def plan(node: str, inventory: model.HostInventory,
     :param pcie_roots: PCI address -> PCIe root complex of the GPUs
         (:func:`amdgpu_virt.inventory.sysfs.pcie_roots`); a GPU without
         one publishes no ``pcieRoot``.
+    :param served: what the API server keeps.
+    :param without_counters: how a partitioned GPU is offered where
+        counters are not kept, one of :data:`WITHOUT_COUNTERS`.
     :raises InventoryError: two devices would get the same name.
     """
     partitions: list[DraDevice] = []
     wholes: list[DraDevice] = []
     shares: list[DraDevice] = []
     counter_sets: list[CounterSet] = []
+    withheld: list[Withheld] = []
     for gpu, role in offered_roles(inventory, assignments):
-        parts, whole, counters = _gpu_devices(gpu, role, partition_devices)
+        parts, whole, counters, held = _gpu_devices(
+            gpu, role, partition_devices, served, without_counters)
+        withheld.extend(held)
         root = (pcie_roots or {}).get(gpu.address)
         if root is not None:
             parts = [dataclasses.replace(d, pcie_root=root) for d in parts]
@@ -226,7 +298,8 @@ def plan(node: str, inventory: model.HostInventory,
             source=inventory.hostname,
             reason='two DRA devices would be named alike: %s' % names)
     return DevicePlan(node=node, devices=devices,
-                      counter_sets=tuple(counter_sets))
+                      counter_sets=tuple(counter_sets),
+                      withheld=tuple(withheld))
 
 
 def with_enforcement(plan: DevicePlan, levels: Mapping[str, Level],

@@ -19,8 +19,10 @@ its spec; an unknown claim unprepares successfully. Both are serialised
 
 A background loop re-reads the role ledger and the health of the GPUs
 every ``[dra] publish_interval`` seconds, republishes the node's
-ResourceSlices when what it offers changed, sends health to kubelet, and
-serves the sockets again when one was removed. One refresh runs at a time
+ResourceSlices when what it offers changed (what it offers depends on
+what the API server keeps, see :mod:`.publish`; claims are prepared
+against what was published), sends health to kubelet, and serves the
+sockets again when one was removed. One refresh runs at a time
 (a lock of its own), so a refresh called while the loop's runs waits for
 it and the two never publish at once.
 """
@@ -46,6 +48,7 @@ from amdgpu_virt.k8s.dra import devices as dra_devices
 from amdgpu_virt.k8s.dra import health as dra_health
 from amdgpu_virt.k8s.dra import prepare as dra_prepare
 from amdgpu_virt.k8s.dra import publish as dra_publish
+from amdgpu_virt.k8s.dra import served as dra_served
 from amdgpu_virt.k8s.dra import state as dra_state
 from amdgpu_virt.k8s.node import cgroups
 from amdgpu_virt.k8s.node import devices as unit_devices
@@ -188,6 +191,7 @@ class DraPlugin:
                  publisher: dra_publish.Publisher | None = None,
                  ledger_source: noderoles.LedgerSource | None = None,
                  partition_devices: bool = True,
+                 without_counters: str = dra_devices.WHOLE,
                  memory_step_mib: int = 256,
                  strategy: allocator.CuStrategy | None = None,
                  library: str = hami.LD_AUDIT_LIBRARY,
@@ -215,6 +219,7 @@ class DraPlugin:
         self.publisher = publisher
         self.ledger_source = ledger_source
         self.partition_devices = partition_devices
+        self.without_counters = without_counters
         self.pcie_roots = dict(pcie_roots or {})
         self.memory_step_mib = memory_step_mib
         self.strategy = strategy
@@ -244,10 +249,18 @@ class DraPlugin:
         self._loop: threading.Thread | None = None
 
     # what the node offers ---------------------------------------------------
-    def _plan(self) -> dra_devices.DevicePlan:
+    def _plan(self, served: dra_served.Served | None = None
+              ) -> dra_devices.DevicePlan:
+        """The devices offered on an API server that keeps ``served``
+        (None: what the publisher learnt last, or everything), with their
+        memory enforcement, without shares below its requirement."""
+        if served is None:
+            served = (self.publisher.served if self.publisher is not None
+                      else None) or dra_served.FULL
         plan = dra_devices.plan(self.node, self.inventory, self.assignments,
                                 partition_devices=self.partition_devices,
-                                pcie_roots=self.pcie_roots)
+                                pcie_roots=self.pcie_roots, served=served,
+                                without_counters=self.without_counters)
         judged = self.enforcement
         if judged is None:
             return plan
@@ -257,6 +270,12 @@ class DraPlugin:
             LOG.warning('Not publishing shares %s: %s', ', '.join(dropped),
                         judged.refusal())
         return plan
+
+    def _use(self, plan: dra_devices.DevicePlan) -> None:
+        with self._lock:
+            self.plan = plan
+        self.board.update(self.node, dra_health.device_health(
+            plan, self.units, self.health_check))
 
     def read_ledger(self) -> None:
         """Read the role ledger; keep the last good one when it fails."""
@@ -285,14 +304,15 @@ class DraPlugin:
         """
         with self._refreshing:
             self.read_ledger()
-            plan = self._plan()
-            with self._lock:
-                self.plan = plan
-            self.board.update(self.node, dra_health.device_health(
-                plan, self.units, self.health_check))
+            # a ledger change reaches prepare even when publishing fails
+            self._use(self._plan())
             if self.publisher is None:
                 return False
-            return self.publisher.publish(plan, self.memory_step_mib)
+            changed = self.publisher.publish(self._plan,
+                                             self.memory_step_mib)
+            if self.publisher.plan is not None:
+                self._use(self.publisher.plan)
+            return changed
 
     # prepare / unprepare ----------------------------------------------------
     def prepare(self, namespace: str, name: str,
@@ -468,9 +488,11 @@ def from_conf(conf: Any, inventory: model.HostInventory) -> DraPlugin:
         numbers=cdi.sysfs_numbers(conf.inventory.sysfs_root),
         publisher=dra_publish.Publisher(
             resource_api, node, group.driver_name, group.slice_layout,
-            dra_publish.version_reader(api_client)),
+            dra_publish.version_reader(api_client),
+            probe_interval=group.probe_interval),
         ledger_source=roles.source if roles is not None else None,
         partition_devices=group.partition_devices,
+        without_counters=group.partitions_without_counters,
         memory_step_mib=group.memory_step_mib,
         strategy=allocator.load_strategy(conf.sharing.cu_strategy),
         library=conf.kubernetes.vgpu_library,

@@ -2,8 +2,10 @@
 
 The pool is the node (pool name = node name). ``resourceSliceCount``
 counts every slice of the pool, counter slices included, and every slice
-carries the same ``generation``. Where the counter sets of partitioned
-GPUs go depends on the API server (:class:`Layout`):
+carries the same ``generation``. Quantities are written in canonical form
+(:mod:`amdgpu_virt.k8s.api.quantity`: ``24Gi``, not ``24576Mi``), as the
+API server stores them. Where the counter sets of partitioned GPUs go
+depends on the API server (:class:`~amdgpu_virt.k8s.dra.served.Layout`):
 
 * ``separate`` (Kubernetes 1.35 and later, the only layout they accept):
   counter sets in slices of their own (at most 8 per slice), devices in
@@ -23,14 +25,16 @@ of a pool sorted by name, so the index keeps the publishing order of
 
 from __future__ import annotations
 
-import enum
 import hashlib
 from collections.abc import Sequence
 from typing import Any
 
 from amdgpu_virt import exception
+from amdgpu_virt.k8s.api import quantity
 from amdgpu_virt.k8s.dra import devices as dra_devices
+from amdgpu_virt.k8s.dra import served as dra_served
 from amdgpu_virt.k8s.dra.devices import DeviceType, DraDevice
+from amdgpu_virt.k8s.dra.served import Layout, layout_for
 from amdgpu_virt.sharing import enforcement
 
 API_VERSION = 'resource.k8s.io/v1'
@@ -41,8 +45,6 @@ MAX_COUNTER_SETS = 8
 #: and counters consumed over all devices
 MAX_SHARED_COUNTERS_1_34 = 32
 MAX_CONSUMED_COUNTERS_1_34 = 1024
-#: the first release that keeps counter sets out of device slices
-SEPARATE_SINCE = (1, 35)
 #: standard attributes of the deviceattribute package: the PCI address
 #: (Kubernetes 1.35+) and the PCIe root complex, ``pci<domain>:<bus>``
 #: (1.34+), which claims match across drivers to align a GPU with a NIC
@@ -51,18 +53,6 @@ PCIE_ROOT = 'resource.kubernetes.io/pcieRoot'
 MANAGED_LABEL = 'app.kubernetes.io/managed-by'
 MANAGER = 'amdgpu-virt'
 MAX_NAME = 253
-
-
-class Layout(str, enum.Enum):  # noqa: UP042 (str() stays Enum-style)
-    """Where the counter sets of a pool go."""
-
-    MIXED = 'mixed'
-    SEPARATE = 'separate'
-
-
-def layout_for(version: tuple[int, int]) -> Layout:
-    """The layout an API server of ``(major, minor)`` accepts."""
-    return Layout.SEPARATE if version >= SEPARATE_SINCE else Layout.MIXED
 
 
 def layout_of(slices: Sequence[dict[str, Any]]) -> Layout | None:
@@ -81,8 +71,8 @@ def layout_of(slices: Sequence[dict[str, Any]]) -> Layout | None:
     return found
 
 
-def _mi(mib: int) -> str:
-    return '%dMi' % mib
+_mi = quantity.mebibytes
+_int = quantity.decimal
 
 
 def slice_prefix(node: str, driver: str) -> str:
@@ -128,15 +118,15 @@ def _attributes(device: DraDevice) -> dict[str, Any]:
 
 
 def _capacity(device: DraDevice, memory_step_mib: int) -> dict[str, Any]:
-    cus: dict[str, Any] = {'value': str(device.compute_units)}
+    cus: dict[str, Any] = {'value': _int(device.compute_units)}
     memory: dict[str, Any] = {'value': _mi(device.memory_mib)}
     if device.shared:
         unit = device.cu_unit
         top = device.compute_units - device.compute_units % unit
         cus['requestPolicy'] = {
-            'default': str(top),
-            'validRange': {'min': str(unit), 'max': str(top),
-                           'step': str(unit)}}
+            'default': _int(top),
+            'validRange': {'min': _int(unit), 'max': _int(top),
+                           'step': _int(unit)}}
         step = min(memory_step_mib, device.memory_mib)
         mtop = device.memory_mib - device.memory_mib % step
         memory['requestPolicy'] = {
@@ -165,7 +155,7 @@ def device_object(device: DraDevice, memory_step_mib: int = 256
 
 
 def _counter_value(name: str, value: int) -> str:
-    return _mi(value) if name == 'memory' else str(value)
+    return _mi(value) if name == 'memory' else _int(value)
 
 
 def _chunks(devices: Sequence[DraDevice]) -> list[list[DraDevice]]:
@@ -310,18 +300,25 @@ def device_types(slices: Sequence[dict[str, Any]]) -> dict[str, str]:
 
 def render_yaml(inventory: Any, ledger: Any, host: str, driver: str,
                 partition_devices: bool = True,
-                memory_step_mib: int = 256) -> str:
-    """The host's slices as YAML documents ('' when it offers none)."""
+                memory_step_mib: int = 256,
+                served: dra_served.Served = dra_served.FULL,
+                without_counters: str = dra_devices.WHOLE) -> str:
+    """The host's slices as YAML documents ('' when it offers none), on an
+    API server that keeps what ``served`` says (by default: Kubernetes
+    1.36 and later)."""
     import yaml
 
     plan = dra_devices.plan(host, inventory, ledger.for_host(host),
-                            partition_devices=partition_devices)
-    docs = build(plan, driver, memory_step_mib=memory_step_mib)
+                            partition_devices=partition_devices,
+                            served=served, without_counters=without_counters)
+    docs = build(plan, driver, memory_step_mib=memory_step_mib,
+                 layout=served.layout)
     if not docs:
         return ''
     return ('# Generated by amdgpu-virt for host %s: the ResourceSlices '
             'its DRA plugin\n# publishes (generation 1 here; the plugin '
-            'raises it on every change).\n' % host +
+            'raises it on every change)\n# on an API server that keeps '
+            '%s.\n' % (host, served.describe()) +
             yaml.safe_dump_all(docs, sort_keys=False))
 
 

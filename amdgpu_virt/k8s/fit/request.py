@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
+from fractions import Fraction
 from typing import Any
 
 from amdgpu_virt import exception
+from amdgpu_virt.k8s.api import quantity
 from amdgpu_virt.sharing import enforcement
 from amdgpu_virt.sharing import hami
 from amdgpu_virt.sharing import packing
@@ -109,21 +111,28 @@ class PodRequest:
 
 
 def _quantity(field: str, value: Any) -> int:
-    if isinstance(value, bool):
+    """A whole-number resource limit as the API serves it: an integer or
+    a quantity text (kube-apiserver returns ``10000`` as ``10k``)."""
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
         raise exception.ExtenderRequestError(
             field=field, reason='%r is not a whole number' % (value,))
-    if isinstance(value, int):
-        number = value
-    elif isinstance(value, str) and value.strip().lstrip('+').isdigit() \
-            and value.strip().isascii():
-        number = int(value.strip())
+    text = value.strip() if isinstance(value, str) else value
+    if isinstance(text, int) or (text.isdigit() and text.isascii()
+                                 and len(text) <= 10):
+        amount = Fraction(int(text))   # the common case, without a parse
     else:
+        try:
+            amount = quantity.value(text)
+        except exception.InvalidQuantity as err:
+            raise exception.ExtenderRequestError(
+                field=field, reason=str(err)) from None
+    if amount.denominator != 1 or amount < 0:
         raise exception.ExtenderRequestError(
             field=field, reason='%r is not a whole number' % (value,))
-    if number > (1 << 31) - 1:
+    if amount > (1 << 31) - 1:
         raise exception.ExtenderRequestError(
-            field=field, reason='%d is too large' % number)
-    return number
+            field=field, reason='%s is too large' % (value,))
+    return int(amount)
 
 
 def _words(annotations: Mapping[str, Any], key: str) -> tuple[str, ...]:

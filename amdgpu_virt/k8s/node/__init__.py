@@ -7,11 +7,13 @@ memory-limit library usable), :mod:`.roles` (which GPUs the role ledger
 gives to Kubernetes), :mod:`.enforcement` (each GPU's memory enforcement
 level), :mod:`.cgroups` and :mod:`.dmem` (kubelet's cgroups, kernel VRAM
 caps) and :mod:`.ocihook` (the caps of a container, from a runtime hook).
-Inside: :mod:`.sharedalloc` and :mod:`.sharedserve` (Allocate for booked
-pods), :mod:`.podcaps` (the pod caps of PreStartContainer),
-:mod:`.podsource` (the node's pods and lock) and :mod:`.labels` (AMD's
-node labels). The DRA driver and the consumer view may import the face;
-the scheduler and the webhook may not.
+:mod:`.hookinstall` puts the memory-limit library on the node
+(``amdgpu-virt k8s install-hook``). Inside: :mod:`.sharedpick`,
+:mod:`.sharedalloc` and :mod:`.sharedserve` (Allocate for booked pods),
+:mod:`.podcaps` (the pod caps of PreStartContainer), :mod:`.podsource`
+(the node's pods and lock) and :mod:`.labels` (AMD's node labels). The
+DRA driver and the consumer view may import the face; the scheduler and
+the webhook may not.
 """
 
 __all__ = ['agent', 'cgroups', 'deviceplugin', 'devices', 'dmem',

@@ -13,16 +13,22 @@ names a distinct GPU, which the container gets whole, with ``/dev/kfd``,
 its DRM nodes and the ROCr environment. With a pod source (pods scheduled
 by the extender), the GPUs, CU ranges and memory come from the node's
 allocation record, never from pod annotations (see
-:mod:`amdgpu_virt.k8s.node.sharedserve` and
-:mod:`amdgpu_virt.k8s.node.sharedalloc`):
-only a live pod bound here that the record holds, and that the node lock
-names by name and UID, is served, with exactly its grants
-(``HSA_CU_MASK``, memory limits, the ``LD_AUDIT`` library); a record that
-over-commits a GPU is refused whole (fail closed), and so is a late
-Allocate of a pod deleted or replaced mid-allocation. What was served is
-checkpointed next to the plugin socket before the answer leaves, so a
-kubelet retry or a plugin restart gets the same answer. The pod's HAMi
-annotations are then written as a mirror and the node lock is released.
+:mod:`amdgpu_virt.k8s.node.sharedserve`,
+:mod:`amdgpu_virt.k8s.node.sharedpick` and
+:mod:`amdgpu_virt.k8s.node.sharedalloc`). Kubelet calls Allocate per
+container, in pod order, with device IDs that are not pods (an init
+container's come again for the next container; a pod that ended on the
+node frees its IDs for the next pod), so each call is decided by pod and
+container: the live pod bound here that the record holds and the node
+lock names by name and UID, and its next container not yet served, which
+gets exactly its grants (``HSA_CU_MASK``, memory limits, the ``LD_AUDIT``
+library). A record that over-commits a GPU is refused whole (fail
+closed), and so is a late Allocate of a pod deleted or replaced
+mid-allocation. What was served is checkpointed next to the plugin
+socket before the answer leaves, so a kubelet retry of that container or
+a plugin restart gets the same answer. The pod's HAMi annotations are
+then written as a mirror, and the node lock is released after the pod's
+last container with GPUs.
 
 Where the node's kernel caps VRAM (the dmem cgroup controller, see
 :mod:`amdgpu_virt.k8s.node.podcaps`), the plugin registers with

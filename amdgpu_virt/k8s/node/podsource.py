@@ -9,10 +9,13 @@ pure.
 from __future__ import annotations
 
 import abc
-import json
 import logging
+import random
+import time
+from collections.abc import Callable
 from collections.abc import Mapping
 from typing import Any
+from typing import TypeVar
 
 from amdgpu_virt import exception
 from amdgpu_virt.k8s.api import client as k8s_client
@@ -21,6 +24,9 @@ from amdgpu_virt.k8s.record import store as recordstore
 from amdgpu_virt.sharing import hami
 
 LOG = logging.getLogger(__name__)
+
+T = TypeVar('T')
+
 
 class PodSource(abc.ABC):
     """The node's pods and its HAMi node lock.
@@ -84,39 +90,76 @@ class PodSource(abc.ABC):
 
 
 class KubernetesPodSource(PodSource):
-    """A :class:`PodSource` over a ``kubernetes.client.CoreV1Api``."""
+    """A :class:`PodSource` over a ``kubernetes.client.CoreV1Api``.
+
+    A request whose answer was lost, or that the API server answered
+    with 429 or 5xx, is made again, up to ``attempts`` times with a short
+    backoff: each one is idempotent (reads, merge patches, conditional
+    writes), and kubelet's admission of a pod fails at the first Allocate
+    error, so a passing fault must not fail it.
+
+    :param attempts: tries per request (at least 1).
+    :param sleep: how to wait between tries.
+    """
 
     def __init__(self, node_name: str, core_api: Any,
-                 namespace: str = 'amdgpu-virt') -> None:
+                 namespace: str = 'amdgpu-virt', attempts: int = 5,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
         super().__init__(node_name)
         self.api = core_api
         self.namespace = namespace
+        self.attempts = max(1, attempts)
+        self.sleep = sleep
+
+    def _again(self, what: str, func: Callable[[], T]) -> T:
+        """``func()``, tried again on transient failures."""
+        delay = 0.02
+        for attempt in range(1, self.attempts + 1):
+            try:
+                return func()
+            except exception.KubernetesError as err:
+                if attempt == self.attempts or not k8s_client.transient(err):
+                    raise
+                LOG.debug('%s failed (%s); trying again (%d of %d)', what,
+                          err, attempt + 1, self.attempts)
+            self.sleep(delay * (1 + random.random()))  # noqa: S311
+            delay = min(delay * 2, 0.5)
+        raise AssertionError('not reached')
 
     def allocation_record(self) -> Any:
-        return recordstore.RecordStore(self.api, self.namespace).read(
-            self.node_name)[0]
+        store = recordstore.RecordStore(self.api, self.namespace)
+        return self._again('read the allocation record of %s'
+                           % self.node_name,
+                           lambda: store.read(self.node_name)[0])
 
     def _node(self) -> dict[str, Any]:
-        response = k8s_client.call('GET node %s' % self.node_name,
-                              self.api.read_node, self.node_name,
-                              _preload_content=False)
-        return json.loads(response.data)
+        what = 'GET node %s' % self.node_name
+        response = k8s_client.call(what, self.api.read_node, self.node_name,
+                                   _preload_content=False)
+        node: dict[str, Any] = k8s_client.json_body(what, response)
+        return node
 
     def node_lock(self) -> str | None:
         return self.node_lock_holder()[0]
 
     def node_lock_holder(self) -> tuple[str | None, str | None]:
-        annotations = self._node().get('metadata', {}).get(
+        annotations = self._again('GET node %s' % self.node_name,
+                                  self._node).get('metadata', {}).get(
             'annotations') or {}
         return annotations.get(hami.NODE_LOCK), nodelock.lock_uid(annotations)
 
     def pods_on_node(self) -> list[dict[str, Any]]:
-        response = k8s_client.call(
-            'LIST pods on node %s' % self.node_name,
-            self.api.list_pod_for_all_namespaces,
-            field_selector='spec.nodeName=%s' % self.node_name,
-            _preload_content=False)
-        return list(json.loads(response.data).get('items') or [])
+        what = 'LIST pods on node %s' % self.node_name
+
+        def listed() -> list[dict[str, Any]]:
+            response = k8s_client.call(
+                what, self.api.list_pod_for_all_namespaces,
+                field_selector='spec.nodeName=%s' % self.node_name,
+                _preload_content=False)
+            return list(k8s_client.json_body(what, response).get(
+                'items') or [])
+
+        return self._again(what, listed)
 
     def annotate_pod(self, pod: Mapping[str, Any],
                      annotations: Mapping[str, str | None]) -> None:
@@ -128,17 +171,19 @@ class KubernetesPodSource(PodSource):
         for field in ('resourceVersion', 'uid'):
             if meta.get(field):
                 body['metadata'][field] = meta[field]
-        k8s_client.call('PATCH pod %s/%s' % (meta.get('namespace'),
-                                             meta.get('name')),
-                        self.api.patch_namespaced_pod, meta.get('name'),
-                        meta.get('namespace'), body,
-                        _content_type=k8s_client.MERGE_PATCH,
-                        _preload_content=False)
+        what = 'PATCH pod %s/%s' % (meta.get('namespace'), meta.get('name'))
+        self._again(what, lambda: k8s_client.call(
+            what, self.api.patch_namespaced_pod, meta.get('name'),
+            meta.get('namespace'), body,
+            _content_type=k8s_client.MERGE_PATCH, _preload_content=False))
 
     def release_lock(self, namespace: str, name: str,
                      uid: str | None = None) -> None:
+        what = 'PATCH node %s' % self.node_name
         for _attempt in range(5):
-            node = self._node()
+            # a lost answer to the PATCH is found out by the next read:
+            # the lock is gone then
+            node = self._again('GET node %s' % self.node_name, self._node)
             meta = node.get('metadata') or {}
             annotations = meta.get('annotations') or {}
             value = annotations.get(hami.NODE_LOCK)
@@ -157,14 +202,19 @@ class KubernetesPodSource(PodSource):
                 'resourceVersion'), 'annotations': {
                     hami.NODE_LOCK: None, nodelock.LOCK_UID: None}}}
             try:
-                k8s_client.call('PATCH node %s' % self.node_name,
-                           self.api.patch_node, self.node_name, body,
-                           _content_type=k8s_client.MERGE_PATCH,
-                           _preload_content=False)
+                k8s_client.call(what, self.api.patch_node, self.node_name,
+                                body, _content_type=k8s_client.MERGE_PATCH,
+                                _preload_content=False)
                 return
             except exception.KubernetesConflict:
                 LOG.debug('node %s changed; retrying lock release',
                           self.node_name)
+            except exception.KubernetesError as err:
+                if not k8s_client.transient(err):
+                    raise
+                LOG.debug('%s failed (%s); reading the node again', what,
+                          err)
+                self.sleep(0.02 * (1 + random.random()))  # noqa: S311
         raise exception.KubernetesError(
-            request='PATCH node %s' % self.node_name,
-            reason='the node lock could not be released after 5 conflicts')
+            request=what, reason='the node lock could not be released '
+            'after 5 attempts')

@@ -1,12 +1,14 @@
 """The device plugin's Allocate for pods the allocation record places here.
 
 :class:`SharedServer` is the I/O around the pure
-:mod:`amdgpu_virt.k8s.node.sharedalloc`: it reads the node's allocation
-record, its pods and its node lock through a
-:class:`~amdgpu_virt.k8s.node.podsource.PodSource`, serves exactly the record's
-grants, checkpoints what it served (by pod UID, next to the plugin
-socket) before the answer leaves, writes the HAMi annotations as a
-mirror and releases the node lock once every container is served.
+:mod:`amdgpu_virt.k8s.node.sharedpick` (which pod and container a call
+is for) and :mod:`amdgpu_virt.k8s.node.sharedalloc` (what it gets): it
+reads the node's allocation record, its pods and its node lock through a
+:class:`~amdgpu_virt.k8s.node.podsource.PodSource`, serves exactly the
+record's grants, checkpoints what it served (pod UID, container, device
+IDs, in order, next to the plugin socket) before the answer leaves,
+writes the HAMi annotations as a mirror and releases the node lock once
+the pod's last container with GPUs is served.
 
 An Allocate under a lock whose pod is gone, or whose name now belongs to
 a pod of another UID, is refused naming that pod (and UID), and the lock
@@ -31,6 +33,7 @@ from amdgpu_virt import fileutil
 from amdgpu_virt.k8s.node import devices
 from amdgpu_virt.k8s.node import podsource
 from amdgpu_virt.k8s.node import sharedalloc
+from amdgpu_virt.k8s.node import sharedpick
 from amdgpu_virt.k8s.record import allocation as allocrecord
 from amdgpu_virt.sharing import hami
 
@@ -79,21 +82,25 @@ class SharedServer:
         self._served = served
 
     def served_to(self, device_ids: Sequence[str]) -> tuple[str, int] | None:
-        """(pod UID, container index) ``device_ids`` were served to, from
-        the served checkpoint; None when they were not.
+        """(pod UID, container index) ``device_ids`` were served to last,
+        from the served checkpoint; None when they were not. kubelet hands
+        IDs to another pod only once their pod left the node, and to the
+        next container of the same pod (an init container's), so the last
+        serve names the pod whose container is starting.
 
         :raises DevicePluginError: the checkpoint is unreadable.
         """
         with self._lock:
-            return self._load_served().lookup(device_ids)
+            return self._load_served().latest(device_ids)
 
     def allocate(self, device_ids: Sequence[str],
                  request: str) -> devices.ContainerAllocation:
-        """Serve what the allocation record gives the pod being allocated.
+        """Serve what the allocation record gives the container being
+        allocated (see :mod:`amdgpu_virt.k8s.node.sharedpick`).
 
-        Idempotent: a request for device IDs already served to a live pod
-        (a kubelet retry after a lost answer, or after a restart of this
-        plugin) gets the same answer and books nothing.
+        Idempotent: kubelet's retry of a container whose answer was lost
+        (a kubelet or plugin restart in between included) gets the same
+        answer and books nothing.
 
         :raises LockHolderGone: the lock names a pod that is gone or was
             replaced (the lock is released).
@@ -110,28 +117,27 @@ class SharedServer:
         allocrecord.check(record, sharedalloc.capacity(
             self.units, self.share_count))
         lock_value, lock_uid = source.node_lock_holder()
-        live = sharedalloc.live_pods(record, source.pods_on_node())
+        pods = source.pods_on_node()
         served = self._load_served().only(record.pods)
-        hit = served.lookup(device_ids)
-        if hit is not None and hit[0] in live:
-            grants, index = record.pods[hit[0]], hit[1]
+        try:
+            pick = sharedpick.decide(record, pods, served, lock_value,
+                                     lock_uid, device_ids,
+                                     self.resource_name, request)
+        except exception.LockHolderGone as err:
+            self._retire(err)
+            raise
+        grants, index = pick.grants, pick.index
+        if pick.retry:
             LOG.info('%s: again for %s container %d (a retry)', request,
                      grants.describe(), index)
         else:
-            try:
-                grants, index = sharedalloc.choose(
-                    record, live, served, lock_value, len(device_ids),
-                    request, lock_uid=lock_uid)
-            except exception.LockHolderGone as err:
-                self._retire(err)
-                raise
             served = served.add(grants.uid, index, device_ids)
         allocation = sharedalloc.container_allocation(
             grants, index, self.units, self.library)
         # recorded before the answer leaves: a retry after a lost answer
         # or a restart finds it
         self._save_served(served)
-        self._mirror(live[grants.uid], grants, served.of(grants.uid))
+        self._mirror(pick.pod, grants, served.of(grants.uid))
         LOG.info('%s container %d: %s', grants.describe(), index,
                  dict(allocation.envs))
         return allocation

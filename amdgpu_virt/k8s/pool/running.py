@@ -30,13 +30,12 @@ import json
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from decimal import Decimal, InvalidOperation
+from fractions import Fraction
 from typing import Any
-
-from kubernetes.utils import quantity as k8s_quantity
 
 from amdgpu_virt import exception
 from amdgpu_virt.k8s.api import client as k8s_client
+from amdgpu_virt.k8s.api import quantity
 from amdgpu_virt.k8s.node import devices as k8s_devices
 from amdgpu_virt.k8s.pool import claims as holders
 from amdgpu_virt.k8s.pool import consumers as k8s_consumers
@@ -129,14 +128,12 @@ def _record_holdings(node: str, grants: allocrecord.PodGrants,
     return result
 
 
-def _quantity(value: Any) -> Decimal | None:
-    if not isinstance(value, (str, int)) or len(str(value)) > 64:
-        return None
+def _quantity(value: Any) -> Fraction | None:
     try:
-        amount = Decimal(k8s_quantity.parse_quantity(value))
-    except (ValueError, TypeError, InvalidOperation):
+        amount = quantity.value(value)
+    except exception.InvalidQuantity:
         return None
-    return amount if amount.is_finite() and amount >= 0 else None
+    return amount if amount >= 0 else None
 
 
 def _claim_holdings(claim: Mapping[str, Any], driver: str
@@ -182,7 +179,7 @@ def _claim_holdings(claim: Mapping[str, Any], driver: str
         cus = _quantity(consumed.get('computeUnits'))
         memory = _quantity(consumed.get('memory'))
         problem = None
-        if cus is None or memory is None or cus != cus.to_integral_value():
+        if cus is None or memory is None or cus.denominator != 1:
             problem = ('%s.consumedCapacity %s is not computeUnits and '
                        'memory quantities' % (where, json.dumps(
                            consumed, default=str)[:160]))

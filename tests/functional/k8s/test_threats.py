@@ -43,12 +43,7 @@ TOKENS = {
 _RBAC = 'rbac.authorization.k8s.io'
 MANIFESTS = os.path.join(os.path.dirname(__file__), '..', '..', '..',
                          'deploy', 'kubernetes')
-_PLURALS = {'Role': 'roles', 'RoleBinding': 'rolebindings',
-            'ClusterRole': 'clusterroles',
-            'ClusterRoleBinding': 'clusterrolebindings',
-            'ValidatingAdmissionPolicy': 'validatingadmissionpolicies',
-            'ValidatingAdmissionPolicyBinding':
-            'validatingadmissionpolicybindings'}
+_PLURALS = apiauth.PLURALS
 
 
 def shipped(name: str) -> list[dict[str, Any]]:

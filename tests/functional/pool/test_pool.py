@@ -396,8 +396,12 @@ class TestApply(PoolTestCase):
             self.assertEqual(2, handle.read().count('device_spec = '))
         self.assertTrue(os.path.exists(os.path.join(
             out, self.vm_host, 'host/etc/gim_config')))
+        # the Kubernetes side reads the ConfigMap: no configuration per
+        # host, only the DRA slices to review
+        self.assertEqual(['dra-resourceslices.yaml'], os.listdir(
+            os.path.join(out, self.k8s_host, 'k8s')))
         self.assertTrue(os.path.exists(os.path.join(
-            out, self.k8s_host, pool_apply.K8S_ROLES)))
+            out, pool_apply.CONFIGMAP_FILE)))
         stored = ledgermap.read(self.k8s.api, ledgermap.Location(
             'kube-system', 'amdgpu-virt-ledger'))
         self.assertEqual(self.ledger, stored)

@@ -84,6 +84,76 @@ class TestDraSlices(test_inventory_cli.CliTestCase):
         self.assertEqual(0, status)
         self.assertIn('--ledger', out)
         self.assertIn('only GPUs whose role is k8s-dedicated', out)
+        self.assertIn('--release', out)
+        self.assertIn('--feature-gates', out)
+        # what --help says without --ledger is what the output shows
+        flat = ' '.join(out.split())
+        self.assertIn('Default: every amdgpu-driven GPU, as k8s-dedicated '
+                      '(whole, and partitioned GPUs\' partitions where '
+                      'the release keeps counters)', flat)
+
+    def test_without_a_ledger_partitions_are_published_too(self):
+        root, _out = self.simulate('--mode', 'cpx', '--nps', 'nps4',
+                                   '--hostname', 'node-a')
+        docs, _err = self.docs('--sysfs-root', root, '--node', 'node-a')
+        types = {d['attributes']['type']['string'] for s in docs
+                 for d in s['spec'].get('devices', [])}
+        self.assertEqual({'gpu', 'partition'}, types)
+
+    def test_each_release(self):
+        root, _out = self.simulate('--mode', 'cpx', '--nps', 'nps4',
+                                   '--hostname', 'node-a')
+        for argv, shape, header in (
+                (('--release', '1.34'), [8], 'Kubernetes 1.34 keeps no '
+                 'gated field'),
+                (('--release', 'v1.35.2'), [8], 'Kubernetes 1.35 keeps'),
+                (('--release', '1.34', '--feature-gates',
+                  'DRAPartitionableDevices=true'), [71],
+                 'with DRAPartitionableDevices=true keeps shared counters '
+                 '(mixed layout)'),
+                (('--release', '1.35', '--feature-gates',
+                  'DRAPartitionableDevices=true'), [64, 7, 0],
+                 'shared counters (separate layout)'),
+                (('--release', '1.36'), [64, 7, 0], 'consumable capacity'),
+                ((), [64, 7, 0], 'Kubernetes 1.36 keeps')):
+            status, out, err = self.run_cli(
+                'k8s', 'dra-slices', '--sysfs-root', root, '--node',
+                'node-a', *argv)
+            self.assertEqual(0, status, err)
+            self.assertIn(header, out.splitlines()[0], argv)
+            docs = list(yaml.safe_load_all(out))
+            self.assertEqual(shape, [len(d['spec'].get('devices', []))
+                                     for d in docs], argv)
+            if shape == [8]:
+                self.assertEqual(8, err.count('offers no partitions'))
+                self.assertNotIn('counter', out.lower().split('\n', 1)[1])
+
+    def test_partitions_without_counters_option(self):
+        root, _out = self.simulate('--mode', 'cpx', '--nps', 'nps4',
+                                   '--hostname', 'node-a')
+        conf = os.path.join(self.tmp, 'dra.conf')
+        with open(conf, 'w') as handle:
+            handle.write('[dra]\npartitions_without_counters = partitions\n')
+        status, out, err = self.run_cli(
+            '--config-file', conf, 'k8s', 'dra-slices', '--sysfs-root',
+            root, '--node', 'node-a', '--release', '1.34')
+        self.assertEqual(0, status, err)
+        (doc,) = list(yaml.safe_load_all(out))
+        self.assertEqual({'partition'}, {
+            d['attributes']['type']['string'] for d in doc['spec'][
+                'devices']})
+        self.assertIn('offers no whole GPU', err)
+
+    def test_bad_release_and_gates(self):
+        root, _out = self.simulate('--gpus', '1')
+        for argv, words in ((('--release', '1.33'), '1.34 or later'),
+                            (('--release', 'x'), 'not a Kubernetes release'),
+                            (('--feature-gates', 'Foo=true'),
+                             '--feature-gates')):
+            status, _out, err = self.run_cli(
+                'k8s', 'dra-slices', '--sysfs-root', root, *argv)
+            self.assertNotEqual(0, status)
+            self.assertIn(words, err)
 
 
 class TestApplyRendersDra(test_inventory_cli.CliTestCase):

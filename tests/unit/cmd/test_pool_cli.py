@@ -86,7 +86,7 @@ class TestApplyCommand(testtools.TestCase):
         self.assertIn('removed %s' % os.path.join(
             self.out, 'gim-0/host/etc/gim_config'), stdout)
         self.assertTrue(os.path.exists(os.path.join(
-            self.out, 'bm-0/k8s/roles.yaml')))
+            self.out, 'bm-0/k8s/dra-resourceslices.yaml')))
 
     def test_unknown_host_and_bad_ledger_are_named(self):
         rc, _o, stderr = self.apply('--host', 'nowhere')

@@ -52,6 +52,17 @@ VARIANTS: dict[str, dict[str, Any]] = {
                     'networkPolicy': {'enabled': False}},
     'other-namespace': {},
     'dra': {'dra': {'enabled': True}, 'webhook': {'draClaims': True}},
+    'hook-digest': {'node': {'memoryHook': {'install': {'image': {
+        'tag': '', 'digest': 'sha256:' + '0123456789abcdef' * 4}}}}},
+    'hook-image-volume': {'node': {'memoryHook': {'install': {
+        'method': 'imageVolume', 'required': True}}},
+        'dra': {'enabled': True}},
+    'hook-off': {'node': {'memoryHook': {'install': {'enabled': False}}}},
+    'ledger-configmap': {'ledger': {'source': 'configmap'},
+                         'dra': {'enabled': True}},
+    'ledger-file': {'ledger': {'source': 'file', 'configMap': {
+        'namespace': 'amdgpu-virt', 'name': 'gpu-roles'}},
+        'dra': {'enabled': True}},
 }
 #: the namespace a variant is installed in (default: NAMESPACE)
 VARIANT_NAMESPACES = {'other-namespace': 'gpu-system'}

@@ -54,18 +54,17 @@ class TestRenderHost(testtools.TestCase):
             [f.relpath for f in files])
         self.assertEqual(0o755, files[1].mode)
 
-    def test_k8s_host(self):
-        files = apply.render_host('bm', _ledger(VF0, POD), None, None,
-                                  ('gpu', 'roles'))
-        self.assertEqual(['bm/k8s/amdgpu-virt-agent.conf',
-                          'bm/k8s/roles.yaml'], [f.relpath for f in files])
-        self.assertIn('node_name = bm\n', files[0].content)
-        self.assertIn('ledger_source = configmap\n', files[0].content)
-        self.assertIn('configmap_namespace = gpu\n', files[0].content)
-        self.assertIn('configmap_name = roles\n', files[0].content)
-        roles = ledger.from_dict(__import__('yaml').safe_load(
-            files[1].content))
-        self.assertEqual(('bm',), roles.hosts)
+    def test_k8s_host_needs_no_file(self):
+        # the chart's node pods read the ledger ConfigMap and their node's
+        # name from the downward API: nothing per host to install
+        self.assertEqual((), apply.render_host('bm', _ledger(VF0, POD),
+                                               None, None))
+
+    def test_k8s_host_dra_review_file(self):
+        files = apply.render_host('bm', _ledger(VF0, POD), GIM, None,
+                                  dra=lambda inv, led, host: 'slices\n')
+        self.assertEqual(['bm/' + apply.K8S_DRA_SLICES],
+                         [f.relpath for f in files])
 
     def test_idle_host_has_nothing(self):
         self.assertEqual((), apply.render_host('spare', _ledger(IDLE), None,
@@ -81,8 +80,7 @@ class TestRenderHost(testtools.TestCase):
         seen = []
         files = apply.render_all(_ledger(VF0, POD, IDLE),
                                  ['bm', 'gim', 'spare'], {'gim': GIM},
-                                 FakeNova(), ('ns', 'cm'), 'cm-text\n',
-                                 seen.append)
+                                 FakeNova(), 'cm-text\n', seen.append)
         self.assertEqual([1, 2, 3], seen)
         self.assertIn(apply.CONFIGMAP_FILE, [f.relpath for f in files])
         self.assertTrue(apply.has_k8s_roles(_ledger(POD)))

@@ -329,7 +329,7 @@ class DraClaimTest(_WebhookTest):
         self.assertEqual({'allocationMode': 'ExactCount', 'count': 1,
                           'deviceClassName': 'share.gpu.amd.com',
                           'capacity': {'requests': {
-                              'computeUnits': '76', 'memory': '20480Mi'}}},
+                              'computeUnits': '76', 'memory': '20Gi'}}},
                          request)
         self.assertEqual('cu-slice', patched['metadata']['annotations'][
             intent.DECISION_ANNOTATION])

@@ -18,6 +18,7 @@ from amdgpu_virt.k8s.dra import claims as dra_claims
 from amdgpu_virt.k8s.dra import classes
 from amdgpu_virt.k8s.dra import devices
 from amdgpu_virt.k8s.dra import prepare as dra_prepare
+from amdgpu_virt.k8s.dra import served
 from amdgpu_virt.k8s.dra import slices
 from amdgpu_virt.k8s.node import devices as unit_devices
 from amdgpu_virt.model import Role
@@ -219,8 +220,42 @@ class TestStandIn(testtools.TestCase):
 
     def test_parse_quantity(self):
         self.assertEqual(Decimal(48 << 30), da.parse_quantity('48Gi'))
-        self.assertEqual('48Gi', da.format_quantity(Decimal(48 << 30)))
+        self.assertEqual(Decimal('0.5'), da.parse_quantity('500m'))
+        self.assertEqual('48Gi', da.format_quantity(Decimal(48 << 30),
+                                                    binary=True))
         self.assertEqual('76', da.format_quantity(Decimal(76)))
+        self.assertEqual('1500m', da.format_quantity(Decimal('1.5')))
+
+    def test_at_most_32_devices_per_claim(self):
+        many = pool([dev('d%02d' % n) for n in range(40)])
+        alloc = da.Allocator(many, ANY)
+        self.assertIsNone(alloc.allocate(da.claim('c', [any_request(
+            count=33)]), 'n'))
+        # over all requests of the claim
+        self.assertIsNone(alloc.allocate(da.claim('c', [
+            any_request('a', count=16), any_request('b', count=17)]), 'n'))
+        all_of = {'name': 'r', 'exactly': {'deviceClassName': 'any',
+                                           'allocationMode': 'All'}}
+        self.assertIsNone(alloc.allocate(da.claim('c', [all_of]), 'n'))
+        self.assertEqual(32, len(alloc.allocate(da.claim('c', [any_request(
+            count=32)]), 'n')['devices']['results']))
+        # All over 8 devices is fine
+        alloc = da.Allocator(pool([dev('d%d' % n) for n in range(8)]), ANY)
+        self.assertEqual(8, len(alloc.allocate(da.claim(
+            'c', [all_of]), 'n')['devices']['results']))
+
+    def test_the_schedulers_gates(self):
+        counters = [{'name': 'g', 'counters': {'xcds': {'value': '2'}}}]
+        use = [{'counterSet': 'g', 'counters': {'xcds': {'value': '1'}}}]
+        objs = pool([dev('p', consumesCounters=use),
+                     dev('s', allowMultipleAllocations=True),
+                     dev('w')], counters)
+        alloc = da.Allocator(objs, ANY, features=())
+        # a device that uses a feature the scheduler has not is skipped
+        self.assertEqual(['w'], [c.device['name'] for c in alloc.candidates])
+        alloc = da.Allocator(objs, ANY, features={da.PARTITIONABLE})
+        self.assertEqual(['p', 'w'], [c.device['name']
+                                      for c in alloc.candidates])
 
 
 def partition_claim(name):
@@ -234,6 +269,14 @@ class TestAcceptance(testtools.TestCase):
         plan = devices.plan('node-1', inv,
                             ledger.for_host('node-1') if ledger else None)
         return da.Allocator(slices.build(plan, DRIVER), CLASSES)
+
+    def test_all_partitions_of_a_full_cpx_node_is_beyond_the_limit(self):
+        # 64 partitions: more than the 32 devices a claim may have
+        alloc = self.allocator(helpers.full_cpx_host())
+        self.assertIsNone(alloc.allocate(da.claim('c', [{
+            'name': 'p', 'exactly': {'deviceClassName': 'partition.' +
+                                     DRIVER, 'allocationMode': 'All'}}]),
+            'node-1'))
 
     def fill(self, alloc, make):
         n = 0
@@ -298,20 +341,37 @@ class TestAcceptance(testtools.TestCase):
         self.assertNotEqual(first, used[3])
 
 
-_SLICES = None
+#: (label, release, partitions_without_counters)
+LAYOUTS = (('1.34', (1, 34), devices.WHOLE),
+           ('1.34-partitions', (1, 34), devices.PARTITIONS),
+           ('1.35', (1, 35), devices.WHOLE),
+           ('1.35-partitions', (1, 35), devices.PARTITIONS),
+           ('1.36', (1, 36), devices.WHOLE))
+_SLICES: dict[str, tuple] = {}
 
 
-def _host_slices():
-    global _SLICES
-    if _SLICES is None:
+def features(release):
+    """The scheduler's DRA gates that are on by default in ``release``."""
+    return {gate for gate, on in served.gate_defaults(release).items()
+            if on}
+
+
+def _host_slices(label='1.36'):
+    if label not in _SLICES:
+        _name, release, without = next(x for x in LAYOUTS
+                                       if x[0] == label)
         inv = helpers.host('mi300x-mixed-nps4')
         ledger = helpers.roles(inv, 'n', Role.K8S_DEDICATED,
                                Role.K8S_DEDICATED, Role.NOVA_VF,
                                Role.NOVA_VF, Role.IDLE, Role.K8S_SHARED,
                                Role.K8S_SHARED, Role.K8S_SHARED)
-        plan = devices.plan('n', inv, ledger.for_host('n'))
-        _SLICES = (inv, slices.build(plan, DRIVER), plan)
-    return _SLICES
+        kept = served.for_release(release)
+        plan = devices.plan('n', inv, ledger.for_host('n'), served=kept,
+                            without_counters=without)
+        _SLICES[label] = (inv, slices.build(plan, DRIVER,
+                                            layout=kept.layout), plan,
+                          features(release))
+    return _SLICES[label]
 
 
 _CLAIM = st.one_of(
@@ -326,11 +386,11 @@ class TestNeverOvercommits(testtools.TestCase):
     @settings(max_examples=25, deadline=None,
               suppress_health_check=[HealthCheck.too_slow])
     @given(st.lists(st.tuples(_CLAIM, st.booleans()), min_size=1,
-                    max_size=40))
-    def test_random_claim_sequences(self, steps):
-        inv, objs, plan = _host_slices()
+                    max_size=40), st.sampled_from([x[0] for x in LAYOUTS]))
+    def test_random_claim_sequences(self, steps, layout):
+        inv, objs, plan, gates = _host_slices(layout)
         units = unit_devices.units_from_inventory(inv)
-        alloc = da.Allocator(objs, CLASSES)
+        alloc = da.Allocator(objs, CLASSES, features=gates)
         live = []
         prepared = {}
         for n, ((kind, cus, mib), release) in enumerate(steps):
@@ -405,3 +465,99 @@ class TestNeverOvercommits(testtools.TestCase):
             for cap, spec in device['capacity'].items():
                 total = sum(da.parse_quantity(t[cap]) for t in taken)
                 self.assertLessEqual(total, da.parse_quantity(spec['value']))
+        # a GPU is never given whole and as partitions at once
+        kinds = {}
+        for name in exclusive:
+            attrs = by_name[name]['attributes']
+            kinds.setdefault(attrs['pciAddress']['string'], set()).add(
+                attrs['type']['string'])
+        for gpu, held in kinds.items():
+            self.assertNotEqual({'gpu', 'partition'}, held, gpu)
+
+
+class TestPerRelease(testtools.TestCase):
+    """Each release's layout (its default gates), allocated by a
+    scheduler with those gates, and prepared: whole GPUs everywhere,
+    partitions and shares where the release keeps what they need."""
+
+    def allocate_and_prepare(self, label, device_class, capacity=None,
+                             count=1, constraints=()):
+        inv, objs, plan, gates = _host_slices(label)
+        alloc = da.Allocator(objs, CLASSES, features=gates)
+        result = alloc.allocate(da.claim('c', [da.request(
+            'r', device_class, count=count, capacity=capacity)],
+            constraints=constraints), 'n')
+        if result is None:
+            return None
+        obj = {'metadata': {'namespace': 'default', 'name': 'c',
+                            'uid': 'uid-1'},
+               'status': {'allocation': result}}
+        return dra_prepare.prepare(
+            'uid-1', 'default', 'c',
+            dra_claims.results(obj, 'uid-1', DRIVER, plan),
+            unit_devices.units_from_inventory(inv), {})
+
+    def test_whole_gpus_on_every_release(self):
+        for label, _release, without in LAYOUTS:
+            got = self.allocate_and_prepare(label, DRIVER)
+            if without == devices.PARTITIONS:
+                # every partitioned GPU is offered as its partitions
+                self.assertIsNone(got, label)
+                continue
+            (device,) = got.devices
+            # the whole of a partitioned GPU: every partition of it
+            inv = _host_slices(label)[0]
+            gpu = next(g for g in inv.gpus if str(g.address) == device.gpu)
+            self.assertEqual(len(gpu.partitions), len(device.partitions),
+                             label)
+            self.assertGreater(len(device.partitions), 1)
+
+    def test_a_whole_gpu_as_all_its_partitions(self):
+        for label in ('1.34-partitions', '1.35-partitions'):
+            got = self.allocate_and_prepare(
+                label, 'partition.' + DRIVER, count=8, constraints=[{
+                    'matchAttribute': DRIVER + '/pciAddress'}])
+            self.assertEqual(1, len({d.gpu for d in got.devices}), label)
+            self.assertEqual(list(range(8)), sorted(
+                d.partitions[0] for d in got.devices))
+
+    def test_partitions(self):
+        for label, release, without in LAYOUTS:
+            got = self.allocate_and_prepare(label, 'partition.' + DRIVER)
+            if release < (1, 36) and without == devices.WHOLE:
+                self.assertIsNone(got, label)
+            else:
+                self.assertEqual(1, len(got.devices[0].partitions), label)
+
+    def test_no_gpu_is_given_whole_and_in_parts(self):
+        for label, _release, _without in LAYOUTS:
+            _inv, objs, _plan, gates = _host_slices(label)
+            alloc = da.Allocator(objs, CLASSES, features=gates)
+            given = []
+            for device_class in (DRIVER, 'partition.' + DRIVER):
+                while True:
+                    result = alloc.allocate(da.claim('c%d' % len(given), [
+                        da.request('r', device_class)]), 'n')
+                    if result is None:
+                        break
+                    given.extend(result['devices']['results'])
+            by_name = {d['name']: d for o in objs
+                       for d in o['spec'].get('devices', [])}
+            kinds = {}
+            for res in given:
+                attrs = by_name[res['device']]['attributes']
+                kinds.setdefault(attrs['pciAddress']['string'], set()).add(
+                    attrs['type']['string'])
+            self.assertTrue(kinds, label)
+            for gpu, held in kinds.items():
+                self.assertEqual(1, len(held), (label, gpu, held))
+
+    def test_shares(self):
+        for label, release, _without in LAYOUTS:
+            got = self.allocate_and_prepare(
+                label, 'share.' + DRIVER,
+                capacity={'computeUnits': '8', 'memory': '1Gi'})
+            if release < (1, 36):
+                self.assertIsNone(got, label)
+            else:
+                self.assertEqual(8, got.devices[0].compute_units)

@@ -18,6 +18,7 @@ import time
 import fixtures
 import kubernetes_validate
 import testtools
+from kubernetes.client import exceptions as kubernetes_exceptions
 
 from amdgpu_virt import conf as av_conf
 from amdgpu_virt import exception
@@ -26,6 +27,7 @@ from amdgpu_virt.cmd import dra as cmd_dra
 from amdgpu_virt.k8s.dra import cdi
 from amdgpu_virt.k8s.dra import classes
 from amdgpu_virt.k8s.dra import devices as dra_devices
+from amdgpu_virt.k8s.dra import served as dra_served
 from amdgpu_virt.model import Role
 from amdgpu_virt.sharing import cumask
 from tests.functional.fixtures import cdiruntime
@@ -50,11 +52,12 @@ def _raw(response):
 class DraNode(fixtures.Fixture):
     """API server, simulated node, kubelet stand-in and the plugin."""
 
-    def __init__(self, pod_uid='', version=(1, 36), dra=None,
+    def __init__(self, pod_uid='', version=(1, 36), dra=None, gates=None,
                  kubernetes=None):
         super().__init__()
         self.pod_uid = pod_uid
         self.version = version
+        self.gates = gates
         self.dra = dict(dra or {})
         # no memory-limit library is installed here: shares are published
         # whatever enforces their memory, unless a test says otherwise
@@ -64,7 +67,7 @@ class DraNode(fixtures.Fixture):
 
     def _setUp(self):
         self.k8s = self.useFixture(kubeclient.ApiServerFixture(
-            version=self.version))
+            version=self.version, gates=self.gates))
         self.k8s.api.create_namespace({'metadata': {'name': 'default'}})
         self.k8s.api.create_namespace({'metadata': {'name': 'team'}})
         host = self.useFixture(inv_fixtures.SimulatedHost(
@@ -137,7 +140,8 @@ class DraNode(fixtures.Fixture):
         return _raw(self.k8s.resource.list_resource_slice(
             _preload_content=False))['items']
 
-    def allocate(self, name, requests, namespace='default'):
+    def allocate(self, name, requests, namespace='default',
+                 constraints=()):
         """Create the claim, allocate it like the scheduler, write status.
 
         :returns: the stored claim, or None when it does not fit.
@@ -145,9 +149,13 @@ class DraNode(fixtures.Fixture):
         api = self.k8s.resource
         claims = _raw(api.list_resource_claim_for_all_namespaces(
             _preload_content=False))['items']
+        # the scheduler has the API server's gates
+        off = self.k8s.server.store.disabled_gates
         allocator = da.Allocator(self.slices(), classes.device_classes(
-            DRIVER), [c for c in claims if c.get('status')])
-        obj = da.claim(name, requests, namespace=namespace)
+            DRIVER), [c for c in claims if c.get('status')],
+            features={da.PARTITIONABLE, da.CONSUMABLE} - off)
+        obj = da.claim(name, requests, namespace=namespace,
+                       constraints=constraints)
         stored = _raw(api.create_namespaced_resource_claim(
             namespace, obj, _preload_content=False))
         allocation = allocator.allocate(stored, NODE)
@@ -451,16 +459,41 @@ class TestEndToEnd(testtools.TestCase):
                           for s in objs for d in s['spec'].get('devices',
                                                               [])})
 
-    def test_disabled_feature_gate_withdraws_the_slices(self):
+    def test_a_gate_turned_off_keeps_what_still_works(self):
+        # the API server restarts with DRAPartitionableDevices off; the
+        # plugin still believes counters are kept when the ledger changes
         node = self.node
-        node.k8s.server.store.disabled_gates.add('DRAPartitionableDevices')
+        whole = node.allocate('w', [da.request('gpu', DRIVER)])
+        node.k8s.server.store.set_release((1, 36), {
+            'DRAPartitionableDevices': False})
         roles = list(ROLES)
         roles[6] = Role.K8S_DEDICATED
         node.write_ledger(roles)
-        err = self.assertRaises(exception.DraPluginError,
-                                node.plugin.refresh)
-        self.assertIn('DRAPartitionableDevices', str(err))
-        self.assertEqual([], node.slices())
+        before = node.k8s.server.store.writes['resourceslices']
+        self.assertTrue(node.plugin.refresh())
+        objs = node.slices()
+        types = helpers_types(objs)
+        # whole GPUs and shares stay, partitions go, no counter anywhere
+        self.assertEqual({'gpu', 'share'}, set(types.values()))
+        self.assertEqual(3, list(types.values()).count('gpu'))
+        self.assertFalse('counter' in json.dumps(objs).lower())
+        # the dry run said so before anything was written: one write per
+        # slice of the new generation, and the old ones deleted
+        self.assertEqual({2}, {o['spec']['pool']['generation']
+                               for o in objs})
+        writes = node.k8s.server.store.writes['resourceslices'] - before
+        self.assertLessEqual(writes, 3)
+        self.assertFalse(node.plugin.refresh())
+        # a whole GPU still allocates and prepares; so does the old claim
+        again = node.allocate('w2', [da.request('gpu', DRIVER)])
+        for claim in (whole, again):
+            self.assertEqual('', node.prepare(claim)[
+                claim['metadata']['uid']].error)
+        # the gate comes back: the next probe finds it, partitions return
+        node.k8s.server.store.set_release((1, 36))
+        node.plugin.publisher.forget()
+        self.assertTrue(node.plugin.refresh())
+        self.assertIn('partition', helpers_types(node.slices()).values())
 
 
 def all_of(name, device_class, selectors=()):
@@ -629,6 +662,7 @@ class TestLayouts(testtools.TestCase):
     """
 
     QUIET = {'publish_interval': 3600}
+    GATES = {'DRAPartitionableDevices': True, 'DRAConsumableCapacity': True}
 
     def layout(self, node):
         objs = node.slices()
@@ -653,7 +687,8 @@ class TestLayouts(testtools.TestCase):
         return claims
 
     def test_1_34_gets_counters_beside_their_devices(self):
-        node = self.useFixture(DraNode(version=(1, 34), dra=self.QUIET))
+        node = self.useFixture(DraNode(version=(1, 34), dra=self.QUIET,
+                                       gates=self.GATES))
         self.assertEqual('mixed', self.layout(node))
         (obj,) = node.slices()
         for key in ('uid', 'resourceVersion', 'creationTimestamp'):
@@ -662,12 +697,13 @@ class TestLayouts(testtools.TestCase):
         self.allocate_all_kinds(node)
 
     def test_upgrade_and_downgrade_replace_the_layout(self):
-        node = self.useFixture(DraNode(version=(1, 34), dra=self.QUIET))
+        node = self.useFixture(DraNode(version=(1, 34), dra=self.QUIET,
+                                       gates=self.GATES))
         claims = self.allocate_all_kinds(node)
         server = node.k8s.server
         for version, layout, generation in (((1, 35), 'separate', 2),
                                             ((1, 34), 'mixed', 3)):
-            server.store.version = version
+            server.store.set_release(version, self.GATES)
             before = len(server.requests)
             self.assertTrue(node.plugin.refresh())
             self.assertEqual(layout, self.layout(node))
@@ -679,7 +715,9 @@ class TestLayouts(testtools.TestCase):
                 o['spec']['pool']['resourceSliceCount'] for o in objs})
             # the old layout's slices went first, then the new were made
             writes = [r.split()[0] for r in server.requests[before:]
-                      if not r.startswith('GET')]
+                      if not r.startswith('GET') and 'dryRun' not in r]
+            # the new release was asked what it keeps first
+            self.assertIn('dryRun=All', ' '.join(server.requests[before:]))
             self.assertEqual(['DELETE'], sorted(set(writes[:writes.index(
                 'POST')])))
             self.assertNotIn('DELETE', writes[writes.index('POST'):])
@@ -697,16 +735,17 @@ class TestLayouts(testtools.TestCase):
 
     def test_a_forced_layout_is_used_whatever_the_server_says(self):
         node = self.useFixture(DraNode(
-            version=(1, 35), dra=dict(self.QUIET, slice_layout='mixed')))
+            version=(1, 35), dra=dict(self.QUIET, slice_layout='mixed'),
+            gates=self.GATES))
         server = node.k8s.server
         self.assertNotIn('GET /version/', server.requests)
         self.assertNotIn('GET /version', server.requests)
-        # a 1.35 server refuses what was forced: nothing was published
-        self.assertEqual([], node.slices())
-        err = self.assertRaises(exception.KubernetesError,
-                                node.plugin.refresh)
-        self.assertIn('422', str(err))
-        server.store.version = (1, 34)
+        # a 1.35 server refuses the forced layout's probe: what is
+        # published is what needs no gated field, whole GPUs
+        self.assertEqual({'gpu'}, set(helpers_types(node.slices()).values()))
+        self.assertFalse('counter' in json.dumps(node.slices()).lower())
+        server.store.set_release((1, 34), self.GATES)
+        node.plugin.publisher.forget()
         self.assertTrue(node.plugin.refresh())
         self.assertEqual('mixed', self.layout(node))
 
@@ -718,6 +757,173 @@ class TestLayouts(testtools.TestCase):
                                 node.plugin.refresh)
         self.assertIn('/version', str(err))
         self.assertEqual(published, node.slices())
+
+
+class TestLearning(testtools.TestCase):
+    """How the plugin learns what the API server keeps."""
+
+    def test_a_write_that_loses_fields_is_written_again_without_them(self):
+        # the probe says counters are kept, the server drops them on the
+        # write itself (a gate turned off in between): the slices are
+        # created (someone deleted them), so nothing of them is "in use"
+        node = self.useFixture(DraNode(dra={'publish_interval': 3600}))
+        publisher = node.plugin.publisher
+        publisher.probe = lambda version, layout: dra_served.Served(
+            True, True, layout)
+        node.k8s.server.store.set_release((1, 36), {
+            'DRAPartitionableDevices': False})
+        for obj in node.slices():
+            node.k8s.resource.delete_resource_slice(obj['metadata']['name'])
+        self.assertTrue(node.plugin.refresh())
+        objs = node.slices()
+        self.assertFalse('counter' in json.dumps(objs).lower())
+        self.assertEqual({'gpu', 'share'},
+                         set(helpers_types(objs).values()))
+        self.assertFalse(publisher.served.counters)
+        # written twice: with the counters the server dropped, then
+        # without what they were for
+        self.assertEqual({2}, {o['spec']['pool']['generation']
+                               for o in objs})
+        self.assertEqual({len(objs)}, {o['spec']['pool'][
+            'resourceSliceCount'] for o in objs})
+        # prepare follows what was published
+        self.assertNotIn('partition', {d.type.value for d in
+                                       node.plugin.plan.devices})
+        self.assertFalse(node.plugin.refresh())
+
+    def test_a_refused_dry_run_gives_the_release_s_defaults(self):
+        node = self.useFixture(DraNode(version=(1, 35), gates={
+            'DRAPartitionableDevices': True, 'DRAConsumableCapacity': True},
+            dra={'publish_interval': 3600}))
+        # with its gates on, 1.35 keeps partitions and shares
+        self.assertEqual({'gpu', 'partition', 'share'},
+                         set(helpers_types(node.slices()).values()))
+        api = node.plugin.publisher.api
+        create = api.create_resource_slice
+
+        def no_dry_run(*args, **kwargs):
+            if kwargs.get('dry_run'):
+                raise kubernetes_exceptions.ApiException(
+                    status=400, reason='admission webhook "x" does not '
+                    'support dry run')
+            return create(*args, **kwargs)
+        api.create_resource_slice = no_dry_run
+        node.plugin.publisher.forget()
+        self.assertTrue(node.plugin.refresh())
+        self.assertEqual({'gpu'}, set(helpers_types(node.slices()).values()))
+        # an API server that does not serve ResourceSlices is named
+        api.get_api_resources = lambda **kw: (_ for _ in ()).throw(
+            kubernetes_exceptions.ApiException(status=404))
+        node.plugin.publisher.forget()
+        err = self.assertRaises(exception.KubernetesError,
+                                node.plugin.refresh)
+        self.assertIn('does not serve ResourceSlices', str(err))
+
+
+def _strip(obj):
+    obj = dict(obj, metadata=dict(obj['metadata']))
+    obj.pop('status', None)
+    for key in ('uid', 'resourceVersion', 'creationTimestamp'):
+        obj['metadata'].pop(key, None)
+    return obj
+
+
+class TestReleases(testtools.TestCase):
+    """Each release with its default feature gates, end to end: the
+    plugin publishes what that API server keeps, a scheduler with the
+    same gates allocates, kubelet prepares. Whole GPUs everywhere;
+    partitions and shares on 1.36 and later."""
+
+    def idle_writes(self, node, seconds=2.5):
+        """Slice writes (and probes) while the plugin's loop runs
+        ``seconds`` with nothing changed."""
+        server = node.k8s.server
+        before = len(server.requests)
+        writes = server.store.writes.get('resourceslices', 0)
+        time.sleep(seconds)
+        requests = server.requests[before:]
+        # the loop did run (it reads the version every time)
+        self.assertGreaterEqual(sum(r == 'GET /version/' or
+                                    r == 'GET /version' for r in requests),
+                                2)
+        return (server.store.writes.get('resourceslices', 0) - writes,
+                [r for r in requests if 'resourceslices' in r and
+                 not r.startswith('GET')])
+
+    def test_each_release_s_defaults(self):
+        for version in ((1, 34), (1, 35), (1, 36), (1, 37)):
+            node = self.useFixture(DraNode(version=version))
+            full = version >= (1, 36)
+            label = '1.%d' % version[1]
+            # a plugin left running with nothing changed writes nothing
+            self.assertEqual((0, []), self.idle_writes(node), label)
+            objs = node.slices()
+            for obj in objs:
+                kubernetes_validate.validate(
+                    _strip(obj), '%s.0' % label, strict=True)
+            types = set(helpers_types(objs).values())
+            self.assertEqual({'gpu', 'partition', 'share'} if full
+                             else {'gpu'}, types, label)
+            whole = node.allocate('whole', [da.request('gpu', DRIVER)])
+            part = node.allocate('part', [da.request(
+                'p', 'partition.' + DRIVER)])
+            share = node.allocate('share', [share_request('8', '1Gi')])
+            self.assertIsNotNone(whole, label)
+            self.assertEqual(full, part is not None, label)
+            self.assertEqual(full, share is not None, label)
+            for claim in filter(None, (whole, part, share)):
+                self.assertEqual('', node.prepare(claim)[
+                    claim['metadata']['uid']].error, label)
+            if full:
+                env = env_of(node.spec(share))
+                self.assertEqual('1024m', env['HIP_DEVICE_MEMORY_LIMIT_0'])
+
+    def test_partitions_instead_of_whole_gpus(self):
+        node = self.useFixture(DraNode(version=(1, 34), dra={
+            'partitions_without_counters': 'partitions'}))
+        self.assertEqual((0, []), self.idle_writes(node))
+        objs = node.slices()
+        self.assertEqual({'partition'}, set(helpers_types(objs).values()))
+        self.assertFalse('counter' in json.dumps(objs).lower())
+        self.assertIsNone(node.allocate('w', [da.request('gpu', DRIVER)]))
+        part = node.allocate('p', [da.request('p', 'partition.' + DRIVER)])
+        # a whole GPU: all of its partitions, of one GPU
+        whole = node.allocate('all', [da.request(
+            'g', 'partition.' + DRIVER, count=8)], constraints=[{
+                'matchAttribute': DRIVER + '/pciAddress'}])
+        for claim in (part, whole):
+            self.assertEqual('', node.prepare(claim)[
+                claim['metadata']['uid']].error)
+        env = env_of(node.spec(whole))
+        self.assertEqual(8, len(env['ROCR_VISIBLE_DEVICES'].split(',')))
+        gpus = {r['device'].rsplit('-p', 1)[0] for r in whole['status'][
+            'allocation']['devices']['results']}
+        self.assertEqual(1, len(gpus))
+
+    def test_an_upgrade_adds_partitions_and_shares(self):
+        node = self.useFixture(DraNode(version=(1, 35), dra={
+            'publish_interval': 3600}))
+        whole = node.allocate('w', [da.request('gpu', DRIVER)])
+        node.prepare(whole)
+        node.k8s.server.store.set_release((1, 36))
+        self.assertTrue(node.plugin.refresh())
+        self.assertEqual({'gpu', 'partition', 'share'},
+                         set(helpers_types(node.slices()).values()))
+        # what was prepared before stays prepared, and the scheduler
+        # (the allocator with 1.36's gates) charges the whole GPU's
+        # counters: none of its partitions is handed out
+        self.assertEqual('', node.prepare(whole)[
+            whole['metadata']['uid']].error)
+        taken = whole['status']['allocation']['devices']['results'][0][
+            'device']
+        for n in range(30):
+            part = node.allocate('p%d' % n, [da.request(
+                'p', 'partition.' + DRIVER)])
+            if part is None:
+                break
+            self.assertFalse(part['status']['allocation']['devices'][
+                'results'][0]['device'].startswith(taken + '-'))
+        self.assertFalse(node.plugin.refresh())
 
 
 class TestHostileClaims(testtools.TestCase):
@@ -787,3 +993,8 @@ class TestHostileClaims(testtools.TestCase):
 
 def helpers_label(address):
     return dra_devices.gpu_label(address)
+
+
+def helpers_types(objs):
+    return {d['name']: d['attributes']['type']['string']
+            for s in objs for d in s['spec'].get('devices', [])}

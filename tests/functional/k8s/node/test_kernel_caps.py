@@ -5,7 +5,7 @@ together on a simulated cgroup v2 node (no kernel with the dmem
 controller and no kubelet run here): the test books pods as the extender
 does, kubelet admits them (Allocate), creates their pod cgroup (as its
 ``SyncPod`` does before any container) and starts each container through
-``start_container``, which calls PreStartContainer when the plugin
+``start_pod``, which calls PreStartContainer when the plugin
 requires it. The container "starts" only if that call succeeded; at that
 moment the test reads the pod cgroup's ``dmem.max``.
 """
@@ -131,21 +131,23 @@ class KernelCapsTest(testtools.TestCase):
             _preload_content=False)
         return pod
 
-    def run_pod(self, node: cgroupfs.SimNode, pod: Any, count: int,
+    def run_pod(self, node: cgroupfs.SimNode, pod: Any,
                 qos: cgroups.QosClass) -> list[dict[str, int | None]]:
-        """kubelet: admit every container, create the pod cgroup, start
-        the containers in order; :returns: the pod cgroup's caps as each
-        container started."""
-        ids = [self.kubelet.admit(RESOURCE, 1)[0] for _n in range(count)]
-        parts = node.pod(pod.metadata.uid, qos)
+        """kubelet: admit the pod (Allocate for each container, with its
+        device reuse), create its pod cgroup (as ``SyncPod`` does before
+        any container) and start its containers in order; :returns: the
+        pod cgroup's caps as each container started."""
+        spec = kubelet_fixture.PodSpec.from_api(
+            self.api.api_client.sanitize_for_serialization(pod))
+        self.kubelet.admit_pod(spec)
+        parts = node.pod(spec.uid, qos)
         seen: list[dict[str, int | None]] = []
 
-        for number, chosen in enumerate(ids):
-            def start(number: int = number) -> None:
-                seen.append(node.caps(parts))
-                node.container(parts, 'c%d' % number)
+        def start(name: str) -> None:
+            seen.append(node.caps(parts))
+            node.container(parts, name)
 
-            self.kubelet.start_container(RESOURCE, chosen, start)
+        self.kubelet.start_pod(spec.uid, start)
         return seen
 
     def check_capped(self, driver: cgroups.Driver,
@@ -157,16 +159,19 @@ class KernelCapsTest(testtools.TestCase):
         self.assertTrue(endpoint.options.pre_start_required)
         pod = self.schedule('job', [('main', 50, 16384)],
                             init=[('prep', 25, 8192)])
-        seen = self.run_pod(node, pod, 2, qos)
+        seen = self.run_pod(node, pod, qos)
         # capped at the pod's booking before either container started
         cap = {region: (8192 + 16384) * MIB,
                dmem.region(self.units[0].gpu_address): None}
         self.assertEqual([cap, cap], seen)
-        self.assertEqual(2, len(endpoint.pre_starts))
+        self.assertEqual(2, len(self.kubelet.calls.prestart))
         # a restart of the container: PreStart again, nothing written
         writes = len(node.fs.writes)
-        self.kubelet.start_container(RESOURCE, endpoint.pre_starts[-1])
-        self.assertEqual(3, len(endpoint.pre_starts))
+        started: list[str] = []
+        self.kubelet.restart_container(pod.metadata.uid, 'main',
+                                       started.append)
+        self.assertEqual(['main'], started)
+        self.assertEqual(3, len(self.kubelet.calls.prestart))
         self.assertEqual(writes, len(node.fs.writes))
 
     def test_systemd_burstable_slices_start_capped(self) -> None:
@@ -180,19 +185,20 @@ class KernelCapsTest(testtools.TestCase):
         node = self.sim(cgroups.Driver.SYSTEMD)
         self.plugin(node)
         pod = self.schedule('whole', [('main', 100, 0)])
-        seen = self.run_pod(node, pod, 1, cgroups.QosClass.BEST_EFFORT)
+        seen = self.run_pod(node, pod, cgroups.QosClass.BEST_EFFORT)
         self.assertEqual([{dmem.region(u.gpu_address): None
                            for u in self.units}], seen)
 
     def test_no_pod_cgroup_no_start(self) -> None:
         node = self.sim(cgroups.Driver.SYSTEMD)
         self.plugin(node)
-        self.schedule('early', [('main', 50, 4096)])
-        chosen, _response = self.kubelet.admit(RESOURCE, 1)
-        started: list[bool] = []
-        err = self.assertRaises(
-            grpc.RpcError, self.kubelet.start_container, RESOURCE, chosen,
-            lambda: started.append(True))
+        pod = self.schedule('early', [('main', 50, 4096)])
+        spec = kubelet_fixture.PodSpec.from_api(
+            self.api.api_client.sanitize_for_serialization(pod))
+        self.kubelet.admit_pod(spec)
+        started: list[str] = []
+        err = self.assertRaises(grpc.RpcError, self.kubelet.start_pod,
+                                spec.uid, started.append)
         self.assertEqual(grpc.StatusCode.FAILED_PRECONDITION, err.code())
         self.assertIn('kubepods-burstable-pod', err.details())
         self.assertEqual([], started)
@@ -203,5 +209,6 @@ class KernelCapsTest(testtools.TestCase):
         endpoint = self.kubelet.plugins[RESOURCE]
         self.assertFalse(endpoint.options.pre_start_required)
         pod = self.schedule('hooked', [('main', 50, 4096)])
-        self.run_pod(node, pod, 1, cgroups.QosClass.BURSTABLE)
-        self.assertEqual([], endpoint.pre_starts)
+        self.assertEqual(1, len(self.run_pod(
+            node, pod, cgroups.QosClass.BURSTABLE)))
+        self.assertEqual([], self.kubelet.calls.prestart)

@@ -3,8 +3,10 @@
 The DRA tests rely on these semantics of the real server: cluster-scoped
 ResourceSlices and DeviceClasses, namespaced ResourceClaims with a
 status subresource, ResourceSlice field selectors, the 1.35 rule that a
-slice holds devices or counters but not both, an immutable driver, and
-fields of disabled feature gates dropped on write.
+slice holds devices or counters but not both, an immutable driver, each
+release's default feature gates and the fields of disabled gates dropped
+on write (on create always, on update unless the old object used them),
+quantities stored as kube-apiserver stores them, and dry runs.
 """
 
 from __future__ import annotations
@@ -15,7 +17,11 @@ import testtools
 from kubernetes import client
 from kubernetes.client import exceptions
 
+from tests.functional.fixtures import apidra
 from tests.functional.fixtures import kubeclient
+from tests.unit.k8s.api import quantity_table
+
+PARTITIONABLE = {'DRAPartitionableDevices': True}
 
 
 def _slice(name, node='n1', driver='gpu.amd.com', **spec):
@@ -78,7 +84,8 @@ class TestDraResources(testtools.TestCase):
         self.assertEqual(409, err.status)
 
     def test_disabled_gates_drop_their_fields(self):
-        self.k8s.server.store.disabled_gates.add('DRAPartitionableDevices')
+        self.k8s.server.store.set_release((1, 36), {
+            'DRAPartitionableDevices': False})
         body = _slice('a', devices=[{'name': 'd', 'consumesCounters': [
             {'counterSet': 'c', 'counters': {'x': {'value': '1'}}}],
             'allowMultipleAllocations': True}])
@@ -95,9 +102,12 @@ class TestDraResources(testtools.TestCase):
                  'metadata': {'name': 'c', 'namespace': 'ns'},
                  'spec': {'devices': {'requests': [{'name': 'r', 'exactly': {
                      'deviceClassName': 'gpu.amd.com'}}]}}}
+        # a create resets the status, as the real strategy does
+        claim['status'] = {'allocation': {'devices': {'results': []}}}
         made = _raw(self.api.create_namespaced_resource_claim(
             'ns', claim, _preload_content=False))
         self.assertTrue(made['metadata']['uid'])
+        self.assertNotIn('status', made)
         # a write of the main resource cannot set the status
         made['status'] = {'allocation': {'devices': {'results': []}}}
         kept = _raw(self.api.replace_namespaced_resource_claim(
@@ -135,8 +145,9 @@ def _consumer(name, counter_set, counters=('xcds',)):
 class TestVersions(testtools.TestCase):
     """``/version`` and the ResourceSlice rules of the release it says."""
 
-    def server(self, version):
-        k8s = self.useFixture(kubeclient.ApiServerFixture(version=version))
+    def server(self, version, gates=PARTITIONABLE):
+        k8s = self.useFixture(kubeclient.ApiServerFixture(
+            version=version, gates=gates))
         return k8s, k8s.resource
 
     def test_version_answers_what_it_was_told(self):
@@ -148,7 +159,7 @@ class TestVersions(testtools.TestCase):
             self.assertEqual('v1.%d.0-standin' % version[1],
                              info.git_version)
         # and it may be upgraded while it serves
-        k8s.server.store.version = (1, 38)
+        k8s.server.store.set_release((1, 38))
         self.assertEqual('38', client.VersionApi(
             k8s.api_client).get_code().minor)
 
@@ -239,9 +250,273 @@ class TestVersions(testtools.TestCase):
         made = _raw(api.create_resource_slice(_slice(
             'a', devices=[_consumer('d', 'c')],
             sharedCounters=[_counter_set('c')]), _preload_content=False))
-        k8s.server.store.version = (1, 35)
+        k8s.server.store.set_release((1, 35), PARTITIONABLE)
         err = self.assertRaises(exceptions.ApiException,
                                 api.replace_resource_slice, 'a', made)
         self.assertEqual(422, err.status)
         # deleting it is always possible
         api.delete_resource_slice('a')
+
+
+def _shared_device(name='s'):
+    return {'name': name, 'allowMultipleAllocations': True, 'capacity': {
+        'memory': {'value': '192Gi', 'requestPolicy': {
+            'default': '1Gi', 'validRange': {'min': '1Gi'}}}}}
+
+
+class TestReleaseDefaults(testtools.TestCase):
+    """Each release drops the fields of the gates it has off, silently,
+    as its registry strategies do."""
+
+    def server(self, version, gates=None):
+        k8s = self.useFixture(kubeclient.ApiServerFixture(
+            version=version, gates=gates))
+        return k8s, k8s.resource
+
+    def stored(self, api, body):
+        return _raw(api.create_resource_slice(body, _preload_content=False))
+
+    def test_the_gates_of_each_release(self):
+        for version, on in (((1, 34), False), ((1, 35), False),
+                            ((1, 36), True), ((1, 37), True)):
+            gates = apidra.default_gates(version)
+            self.assertEqual(on, gates['DRAPartitionableDevices'], version)
+            self.assertEqual(on, gates['DRAConsumableCapacity'], version)
+            self.assertTrue(gates['DRAPrioritizedList'], version)
+
+    def test_1_34_and_1_35_drop_counters_and_consumable_capacity(self):
+        for version in ((1, 34), (1, 35)):
+            _k8s, api = self.server(version)
+            stored = self.stored(api, _slice('a', devices=[
+                _consumer('d', 'c'), _shared_device()],
+                sharedCounters=[_counter_set('c')]))
+            spec = stored['spec']
+            self.assertNotIn('sharedCounters', spec, version)
+            consumer, shared = spec['devices']
+            self.assertEqual({'name': 'd'}, consumer)
+            self.assertNotIn('allowMultipleAllocations', shared)
+            # the capacity stays, its policy goes
+            self.assertEqual({'memory': {'value': '192Gi'}},
+                             shared['capacity'])
+            # and what is read back is the same
+            self.assertEqual(spec, _raw(api.read_resource_slice(
+                'a', _preload_content=False))['spec'])
+
+    def test_1_36_keeps_them(self):
+        _k8s, api = self.server((1, 36))
+        body = _slice('a', devices=[_consumer('d', 'c'), _shared_device()])
+        self.assertEqual(body['spec']['devices'],
+                         self.stored(api, body)['spec']['devices'])
+
+    def test_an_update_keeps_what_the_old_slice_used(self):
+        k8s, api = self.server((1, 36))
+        made = self.stored(api, _slice('a', devices=[_consumer('d', 'c')]))
+        # the gate is turned off: a new slice loses the fields, an update
+        # of one that used them keeps them (dropDisabledFields(new, old))
+        k8s.server.store.set_release((1, 36), {
+            'DRAPartitionableDevices': False})
+        self.assertNotIn('consumesCounters', self.stored(api, _slice(
+            'b', devices=[_consumer('d', 'c')]))['spec']['devices'][0])
+        made['spec']['devices'].append(_consumer('e', 'c'))
+        kept = _raw(api.replace_resource_slice('a', made,
+                                               _preload_content=False))
+        self.assertEqual(['c', 'c'], [d['consumesCounters'][0]['counterSet']
+                                      for d in kept['spec']['devices']])
+
+    def test_claims_lose_capacity_requests_and_shares(self):
+        k8s, api = self.server((1, 34))
+        k8s.api.create_namespace({'metadata': {'name': 'ns'}})
+        claim = {'apiVersion': 'resource.k8s.io/v1',
+                 'kind': 'ResourceClaim',
+                 'metadata': {'name': 'c', 'namespace': 'ns'},
+                 'spec': {'devices': {'requests': [{'name': 'r', 'exactly': {
+                     'deviceClassName': 'share.gpu.amd.com',
+                     'capacity': {'requests': {'memory': '1Gi'}}}}]}}}
+        made = _raw(api.create_namespaced_resource_claim(
+            'ns', claim, _preload_content=False))
+        self.assertEqual({'deviceClassName': 'share.gpu.amd.com'},
+                         made['spec']['devices']['requests'][0]['exactly'])
+        made['status'] = {'allocation': {'devices': {'results': [{
+            'request': 'r', 'driver': 'gpu.amd.com', 'pool': 'n',
+            'device': 'd', 'shareID': 'a-b',
+            'consumedCapacity': {'memory': '1Gi'}}]}}}
+        stored = _raw(api.replace_namespaced_resource_claim_status(
+            'c', 'ns', made, _preload_content=False))
+        self.assertEqual({'request': 'r', 'driver': 'gpu.amd.com',
+                          'pool': 'n', 'device': 'd'},
+                         stored['status']['allocation']['devices'][
+                             'results'][0])
+
+    def test_device_classes_lose_the_extended_resource_name(self):
+        for version, kept in (((1, 35), False), ((1, 36), True)):
+            _k8s, api = self.server(version)
+            made = _raw(api.create_device_class({
+                'apiVersion': 'resource.k8s.io/v1', 'kind': 'DeviceClass',
+                'metadata': {'name': 'gpu.amd.com'},
+                'spec': {'extendedResourceName': 'amd.com/gpu'}},
+                _preload_content=False))
+            self.assertEqual(kept, 'extendedResourceName' in made['spec'])
+
+
+class TestQuantities(testtools.TestCase):
+    """Quantities come back as kube-apiserver returns them (the table of
+    real canonicalisations, echoed texts included)."""
+
+    def setUp(self):
+        super().setUp()
+        self.k8s = self.useFixture(kubeclient.ApiServerFixture())
+        self.api = self.k8s.resource
+
+    def test_slices_store_what_the_real_server_stores(self):
+        pairs = quantity_table.SERVED
+        devices = [{'name': 'd%d' % n, 'capacity': {'q': {'value': sent}}}
+                   for n, (sent, _want) in enumerate(pairs)]
+        made = []
+        for start in range(0, len(devices), 100):
+            made.extend(_raw(self.api.create_resource_slice(_slice(
+                's%d' % start, devices=devices[start:start + 100]),
+                _preload_content=False))['spec']['devices'])
+        listed = [d for s in _raw(self.api.list_resource_slice(
+            _preload_content=False))['items'] for d in s['spec']['devices']]
+        want = [w for _s, w in pairs]
+        self.assertEqual(want, [d['capacity']['q']['value'] for d in made])
+        self.assertEqual(sorted(want), sorted(
+            d['capacity']['q']['value'] for d in listed))
+
+    def test_every_quantity_field(self):
+        made = _raw(self.api.create_resource_slice(_slice('a', devices=[{
+            'name': 'd', 'allowMultipleAllocations': True, 'capacity': {
+                'memory': {'value': '196608Mi', 'requestPolicy': {
+                    'default': '1024Mi', 'validValues': ['2048Mi'],
+                    'validRange': {'min': '1024Mi', 'max': '4096Mi',
+                                   'step': '1024Mi'}}}},
+            'consumesCounters': [{'counterSet': 'c', 'counters': {
+                'memory': {'value': '24576Mi'}}}]}]), _preload_content=False))
+        device = made['spec']['devices'][0]
+        self.assertEqual({'value': '192Gi', 'requestPolicy': {
+            'default': '1Gi', 'validValues': ['2Gi'],
+            'validRange': {'min': '1Gi', 'max': '4Gi', 'step': '1Gi'}}},
+            device['capacity']['memory'])
+        self.assertEqual('24Gi', device['consumesCounters'][0]['counters'][
+            'memory']['value'])
+        counters = _raw(self.api.create_resource_slice(_slice(
+            'b', sharedCounters=[{'name': 'c', 'counters': {
+                'memory': {'value': '196608Mi'},
+                'xcds': {'value': '8000m'}}}]),
+            _preload_content=False))['spec']['sharedCounters'][0]
+        self.assertEqual({'memory': {'value': '192Gi'},
+                          'xcds': {'value': '8'}}, counters['counters'])
+
+    def test_claims_and_templates(self):
+        self.k8s.api.create_namespace({'metadata': {'name': 'ns'}})
+        spec = {'devices': {'requests': [
+            {'name': 'a', 'exactly': {'deviceClassName': 'x', 'capacity': {
+                'requests': {'memory': '20480Mi', 'computeUnits': '76'}}}},
+            {'name': 'b', 'firstAvailable': [{
+                'name': 's', 'deviceClassName': 'x', 'capacity': {
+                    'requests': {'memory': '1000'}}}]}]}}
+        template = _raw(self.api.create_namespaced_resource_claim_template(
+            'ns', {'metadata': {'name': 't'}, 'spec': {'spec': spec}},
+            _preload_content=False))
+        requests = template['spec']['spec']['devices']['requests']
+        self.assertEqual({'memory': '20Gi', 'computeUnits': '76'},
+                         requests[0]['exactly']['capacity']['requests'])
+        self.assertEqual({'memory': '1k'}, requests[1]['firstAvailable'][0][
+            'capacity']['requests'])
+        claim = _raw(self.api.create_namespaced_resource_claim(
+            'ns', {'metadata': {'name': 'c'}, 'spec': spec},
+            _preload_content=False))
+        claim['status'] = {'allocation': {'devices': {'results': [{
+            'request': 'a', 'driver': 'd', 'pool': 'p', 'device': 'x',
+            'shareID': 'a-b', 'consumedCapacity': {
+                'memory': '20480Mi', 'computeUnits': '76000m'}}]}}}
+        stored = _raw(self.api.replace_namespaced_resource_claim_status(
+            'c', 'ns', claim, _preload_content=False))
+        self.assertEqual({'memory': '20Gi', 'computeUnits': '76'},
+                         stored['status']['allocation']['devices'][
+                             'results'][0]['consumedCapacity'])
+
+    def test_invalid_quantities_are_refused(self):
+        for text in ('1.1.M', '0.1mi', 'aoeu'):
+            err = self.assertRaises(
+                exceptions.ApiException, self.api.create_resource_slice,
+                _slice('a', devices=[{'name': 'd', 'capacity': {
+                    'q': {'value': text}}}]))
+            self.assertEqual(400, err.status)
+            self.assertIn('quantities must match', err.body)
+        self.assertEqual([], _raw(self.api.list_resource_slice(
+            _preload_content=False))['items'])
+
+    def test_the_same_values_in_other_text_change_nothing(self):
+        made = _raw(self.api.create_resource_slice(_slice('a', devices=[{
+            'name': 'd', 'capacity': {'memory': {'value': '24Gi'}}}]),
+            _preload_content=False))
+        before = self.k8s.server.store.writes.get('resourceslices')
+        made['spec']['devices'][0]['capacity']['memory']['value'] = \
+            '24576Mi'
+        again = _raw(self.api.replace_resource_slice(
+            'a', made, _preload_content=False))
+        self.assertEqual(made['metadata']['resourceVersion'],
+                         again['metadata']['resourceVersion'])
+        self.assertEqual(before, self.k8s.server.store.writes.get(
+            'resourceslices'))
+
+
+class TestDryRun(testtools.TestCase):
+
+    def setUp(self):
+        super().setUp()
+        self.k8s = self.useFixture(kubeclient.ApiServerFixture(
+            version=(1, 35)))
+        self.api = self.k8s.resource
+
+    def test_a_dry_run_create_stores_nothing_and_says_what_would_be(self):
+        body = _slice('', devices=[_consumer('d', 'c'), _shared_device()])
+        body['metadata'] = {'generateName': 'probe-'}
+        answer = _raw(self.api.create_resource_slice(
+            body, dry_run='All', _preload_content=False))
+        self.assertTrue(answer['metadata']['name'].startswith('probe-'))
+        self.assertNotIn('resourceVersion', answer['metadata'])
+        # 1.35 by default drops what its gates keep
+        self.assertEqual({'name': 'd'}, answer['spec']['devices'][0])
+        self.assertEqual([], _raw(self.api.list_resource_slice(
+            _preload_content=False))['items'])
+        self.assertEqual({}, self.k8s.server.store.writes)
+
+    def test_dry_run_updates_deletes_and_refusals(self):
+        made = _raw(self.api.create_resource_slice(
+            _slice('a'), _preload_content=False))
+        writes = dict(self.k8s.server.store.writes)
+        changed = _slice('a', devices=[{'name': 'd'}])
+        changed['metadata']['resourceVersion'] = \
+            made['metadata']['resourceVersion']
+        answer = _raw(self.api.replace_resource_slice(
+            'a', changed, dry_run='All', _preload_content=False))
+        self.assertEqual([{'name': 'd'}], answer['spec']['devices'])
+        self.api.delete_resource_slice('a', dry_run='All')
+        self.assertEqual(made, _raw(self.api.read_resource_slice(
+            'a', _preload_content=False)))
+        self.assertEqual(writes, self.k8s.server.store.writes)
+        # what the server refuses, it refuses in a dry run too
+        for body, status in (
+                (_slice('a'), 409),
+                (_slice('b', devices=[_consumer('d', 'c')],
+                        sharedCounters=[_counter_set('c')]), 201)):
+            if status == 201:
+                # 1.35's defaults drop the counters: then it is valid
+                self.api.create_resource_slice(body, dry_run='All')
+                continue
+            err = self.assertRaises(exceptions.ApiException,
+                                    self.api.create_resource_slice, body,
+                                    dry_run='All')
+            self.assertEqual(status, err.status)
+        self.k8s.server.store.set_release((1, 35), PARTITIONABLE)
+        err = self.assertRaises(
+            exceptions.ApiException, self.api.create_resource_slice,
+            _slice('c', devices=[_consumer('d', 'c')],
+                   sharedCounters=[_counter_set('c')]), dry_run='All')
+        self.assertIn('only one of', err.body)
+        err = self.assertRaises(exceptions.ApiException,
+                                self.api.create_resource_slice,
+                                _slice('d'), dry_run='Some')
+        self.assertEqual(400, err.status)

@@ -136,7 +136,7 @@ class ClaimTemplateTest(testtools.TestCase):
         self.assertEqual({'allocationMode': 'ExactCount', 'count': 2,
                           'deviceClassName': 'share.gpu.amd.com',
                           'capacity': {'requests': {
-                              'computeUnits': '60', 'memory': '8192Mi'}}},
+                              'computeUnits': '60', 'memory': '8Gi'}}},
                          request['exactly'])
         self.assertTrue(body['metadata']['name'].startswith(
             'amdgpu-virt-cu-slice-'))

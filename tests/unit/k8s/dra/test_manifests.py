@@ -271,13 +271,58 @@ class TestExamplesFit(testtools.TestCase):
         return {'metadata': {'name': 'c', 'namespace': 'default'},
                 'spec': template['spec']['spec']}
 
-    def allocate(self, kind, roles, name):
+    def allocator(self, kind, roles):
         inv = helpers.host(kind)
         ledger = helpers.roles(inv, 'n', *roles)
-        alloc = da.Allocator(slices.build(devices.plan(
+        return da.Allocator(slices.build(devices.plan(
             'n', inv, ledger.for_host('n')), 'gpu.amd.com'),
             [d for d in dra_docs() if d['kind'] == 'DeviceClass'])
-        return alloc.allocate(self.claim_of(name), 'n')
+
+    def allocate(self, kind, roles, name):
+        return self.allocator(kind, roles).allocate(self.claim_of(name), 'n')
+
+    def test_every_selector_compiles(self):
+        for name in sorted(os.listdir(EXAMPLES)):
+            for doc in load(EXAMPLES, name):
+                if doc['kind'] != 'ResourceClaimTemplate':
+                    continue
+                for request in doc['spec']['spec']['devices']['requests']:
+                    for sel in request['exactly'].get('selectors', []):
+                        cel.compile(sel['cel']['expression'])
+
+    def test_the_partition_is_a_cpx_one_on_a_mixed_node(self):
+        # SPX, DPX, QPX and CPX GPUs side by side: the partition class
+        # alone gives the first partition in PCI order, a 152-CU DPX one;
+        # the example's selector gives a 38-CU CPX partition
+        roles = [Role.K8S_DEDICATED] * 8
+        inv = helpers.host('mi300x-mixed')
+        cpx = next(g for g in inv.gpus if g.compute_partition == 'CPX'
+                   and g.driver.value == 'amdgpu')
+        alloc = self.allocator('mi300x-mixed', roles)
+        (result,) = alloc.allocate(self.claim_of('partition.yaml'), 'n')[
+            'devices']['results']
+        self.assertTrue(result['device'].startswith(
+            devices.gpu_label(cpx.address) + '-p'))
+        self.assertEqual(38, cpx.partitions[0].compute_units)
+        (plain,) = alloc.allocate({'spec': {'devices': {'requests': [{
+            'name': 'p', 'exactly': {'deviceClassName':
+                                     'partition.gpu.amd.com'}}]}}}, 'n')[
+            'devices']['results']
+        dpx = next(g for g in inv.gpus if g.compute_partition == 'DPX')
+        self.assertTrue(plain['device'].startswith(
+            devices.gpu_label(dpx.address) + '-p'))
+
+    def test_whole_node(self):
+        for kind in ('mi300x-spx', 'mi300x-cpx-nps4'):
+            alloc = self.allocator(kind, [Role.K8S_DEDICATED] * 8)
+            result = alloc.allocate(self.claim_of('whole-node.yaml'), 'n')
+            self.assertEqual(8, len(result['devices']['results']), kind)
+        # a GPU partly in use: the node is not whole any more
+        alloc = self.allocator('mi300x-cpx-nps4', [Role.K8S_DEDICATED] * 8)
+        self.assertIsNotNone(alloc.allocate(self.claim_of(
+            'partition.yaml'), 'n'))
+        self.assertIsNone(alloc.allocate(self.claim_of('whole-node.yaml'),
+                                         'n'))
 
     def test_whole(self):
         result = self.allocate('mi300x-spx', [Role.K8S_DEDICATED],

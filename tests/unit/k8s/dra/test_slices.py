@@ -190,7 +190,7 @@ class TestDevices(testtools.TestCase):
         self.assertEqual('NPS1', attrs['memoryPartition'])
         self.assertEqual(0, attrs['numaNode'])
         self.assertEqual({'computeUnits': {'value': '304'},
-                          'memory': {'value': '196608Mi'}},
+                          'memory': {'value': '192Gi'}},
                          dev['capacity'])
         self.assertNotIn('allowMultipleAllocations', dev)
 
@@ -211,9 +211,9 @@ class TestDevices(testtools.TestCase):
             'default': '304',
             'validRange': {'min': '1', 'max': '304', 'step': '1'}}},
             dev['capacity']['computeUnits'])
-        self.assertEqual({'value': '196608Mi', 'requestPolicy': {
-            'default': '196608Mi',
-            'validRange': {'min': '512Mi', 'max': '196608Mi',
+        self.assertEqual({'value': '192Gi', 'requestPolicy': {
+            'default': '192Gi',
+            'validRange': {'min': '512Mi', 'max': '192Gi',
                            'step': '512Mi'}}}, dev['capacity']['memory'])
 
     def test_share_cu_unit_of_two(self):

@@ -91,11 +91,25 @@ class PodRequestTest(testtools.TestCase):
         self.assertEqual(('spread', 'numa'), (req.node_policy,
                                               req.gpu_policy))
 
+    def test_limits_read_as_the_api_server_serves_them(self) -> None:
+        # kube-apiserver returns quantities canonical: a pod created with
+        # gpumem 10000 and gpucores 50 reads back as '10k' and '50'
+        req = request({'amd.com/gpu': '2', 'amd.com/gpumem': '10k',
+                       'amd.com/gpucores': '50'})
+        self.assertEqual((2, 10000, 50), (req.containers[0].nums,
+                                          req.containers[0].mem,
+                                          req.containers[0].percent))
+        req = request({'amd.com/gpumem': '24Ki', 'amd.com/gpu': '+1'})
+        self.assertEqual((1, 24576), (req.containers[0].nums,
+                                      req.containers[0].mem))
+
     def test_bad_values_name_the_field(self) -> None:
         for limits, field in (
                 ({'amd.com/gpucores': '0'}, 'amd.com/gpucores'),
                 ({'amd.com/gpucores': '101'}, 'amd.com/gpucores'),
-                ({'amd.com/gpumem': '1Gi'}, 'amd.com/gpumem'),
+                ({'amd.com/gpumem': '1500m'}, 'amd.com/gpumem'),
+                ({'amd.com/gpumem': '4Gi'}, 'amd.com/gpumem'),
+                ({'amd.com/gpumem': '10 k'}, 'amd.com/gpumem'),
                 ({'amd.com/gpu': True}, 'amd.com/gpu'),
                 ({'amd.com/gpu': '-1'}, 'amd.com/gpu')):
             err = self.assertRaises(exception.ExtenderRequestError,
