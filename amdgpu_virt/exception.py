@@ -285,6 +285,28 @@ class MemoryHookError(DevicePluginError):
                '%(reason)s')
 
 
+# --- node memory enforcement (cgroup v2 dmem caps) ---------------------------
+
+class CgroupError(AmdgpuVirtError):
+    """A cgroup file or directory is missing, unsafe or unreadable."""
+
+    msg_fmt = 'cgroup %(path)s: %(reason)s'
+
+
+class CgroupNotFound(CgroupError):
+    """The cgroup of a pod or container is not where kubelet puts it."""
+
+    msg_fmt = 'cgroup of %(owner)s not found: %(reason)s'
+
+
+class DmemError(CgroupError):
+    """The dmem controller cannot cap VRAM here (named file, reason)."""
+
+    msg_fmt = 'dmem cap on %(path)s: %(reason)s'
+
+
+class OciStateError(AmdgpuVirtError):
+    msg_fmt = 'OCI state from the container runtime: %(field)s: %(reason)s'
 class HookInstallError(AmdgpuVirtError):
     """``k8s install-hook`` could not install the memory-limit library."""
 

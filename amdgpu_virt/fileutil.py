@@ -72,14 +72,7 @@ def read_bytes(path: str, what: str = 'file',
                 raise exception.FileInputError(
                     what=what, path=path, reason='it is %s, not a regular '
                     'file' % _kind(after.st_mode))
-            chunks = []
-            size = 0
-            while size <= limit:
-                chunk = os.read(fd, min(65536, limit + 1 - size))
-                if not chunk:
-                    break
-                chunks.append(chunk)
-                size += len(chunk)
+            data = read_fd(fd, limit)
         finally:
             os.close(fd)
     except FileNotFoundError:
@@ -88,11 +81,28 @@ def read_bytes(path: str, what: str = 'file',
         raise exception.FileInputError(
             what=what, path=path, reason='cannot read it: %s'
             % (err.strerror or err)) from None
-    if size > limit:
+    if len(data) > limit:
         if truncate:
-            return b''.join(chunks)[:limit]
+            return data[:limit]
         raise exception.FileInputError(
             what=what, path=path, reason='larger than %d bytes' % limit)
+    return data
+
+
+def read_fd(fd: int, limit: int) -> bytes:
+    """At most ``limit + 1`` bytes from ``fd``: more than ``limit`` says
+    the file is larger than allowed, without reading it all.
+
+    :raises OSError: the read failed.
+    """
+    chunks = []
+    size = 0
+    while size <= limit:
+        chunk = os.read(fd, min(65536, limit + 1 - size))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
     return b''.join(chunks)
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import logging
 import signal
+import sys
 import threading
 from typing import Any
 
@@ -77,20 +78,25 @@ class Agent(command.Command):
     condition AMDGPUUnhealthy, an Event). Serves the node's Prometheus
     metrics on [telemetry] metrics_port. Reads [inventory], [kubernetes]
     (node_name, kubeconfig, share_count, allocation_mode, vgpu_library,
-    ledger_source), [health], [telemetry] and [pool] (the ledger
-    ConfigMap). Without a loadable vgpu_library it registers
-    whole GPUs only, labels the node amdgpu-virt.io/memory-hook=unavailable
-    and records a Warning event on it.
+    memory_enforcement, cgroup_root, ledger_source), [health], [telemetry]
+    and [pool] (the ledger ConfigMap). Each GPU's memory enforcement level
+    (kernel, hook, kernel+hook or none) is registered and the weakest
+    labels the node (amdgpu-virt.io/memory-enforcement); when the GPUs do
+    not meet memory_enforcement it registers whole GPUs only and records a
+    Warning event on the node saying why. Without a loadable vgpu_library
+    it also labels the node amdgpu-virt.io/memory-hook=unavailable.
     """
 
     def take_action(self, parsed_args: argparse.Namespace) -> int:
         from amdgpu_virt.k8s.node import agent
+        from amdgpu_virt.k8s.node import enforcement
         from amdgpu_virt.k8s.node import memhook
 
         conf = av_main.app_conf(self.app)
         inventory = inventory_pkg.load_driver(conf).scan()
         node_agent = agent.from_conf(conf, inventory)
         memhook.publish(node_agent)
+        enforcement.publish(node_agent)
         return run_until_signalled(node_agent)
 
 
@@ -224,3 +230,37 @@ def _write_message(path: str | None, text: str) -> None:
     except OSError as err:
         LOG.warning('cannot write the outcome to %s: %s', path,
                     err.strerror)
+
+
+class DmemHook(command.Command):
+    """Cap a container's VRAM: the CDI createRuntime hook of DRA shares.
+
+    The container runtime runs it on the host once it created the
+    container's cgroup and before the container's process runs, with the
+    container's OCI state on standard input. It finds the container's
+    cgroup (/proc/<pid>/cgroup), enables the dmem controller down to it
+    and writes each --cap into its dmem.max, read back. It exits non-zero
+    (and the runtime fails the container's creation) when it cannot.
+    """
+
+    def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
+        parser = super().get_parser(prog_name)
+        parser.add_argument(
+            '--cap', action='append', default=[], metavar='REGION=BYTES',
+            help='a VRAM cap, e.g. drm/0000:85:00.0/vram=8589934592 '
+                 '(repeat for several GPUs; repeats of a region add up)')
+        parser.add_argument(
+            '--root', default='/',
+            help='where the host\'s proc/ and sys/fs/cgroup are (default '
+                 '/; [dra] dmem_hook_root)')
+        return parser
+
+    def take_action(self, parsed_args: argparse.Namespace) -> int:
+        from amdgpu_virt.k8s.node import ocihook
+
+        caps = ocihook.parse_caps(parsed_args.cap)
+        state = sys.stdin.read(ocihook.MAX_STATE + 1)
+        where, written = ocihook.run(state, caps, parsed_args.root)
+        LOG.info('VRAM caps %s on %s', 'written' if written
+                 else 'already in place', where)
+        return 0

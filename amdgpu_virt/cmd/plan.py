@@ -373,7 +373,10 @@ class Explain(command.Command):
 
     Plans the same inputs as "plan" and prints, for the named workload,
     the code, the grant, the reason and the trail: every filter's verdict
-    with its numbers and the weighers' scores of each candidate.
+    with its numbers and the weighers' scores of each candidate. With
+    --running-from k8s it also prints how each granted GPU's memory limit
+    is enforced there (kernel, hook, kernel+hook or none), as its node
+    registers it.
     """
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
@@ -398,6 +401,13 @@ class Explain(command.Command):
                 decision.kind.value if decision.kind else '-',
                 decision.host, ', '.join('%s %s' % (g.address, g.describe())
                                          for g in decision.grants)))
+        levels = cmd_running.memory_enforcement(self.app, parsed_args).get(
+            decision.host or '', {}) if decision.placed else {}
+        for grant in decision.grants if levels else ():
+            level = levels.get(str(grant.address))
+            if level is not None:
+                out.write('  memory enforcement of %s (live): %s\n' % (
+                    grant.address, level))
         out.write('  reason: %s\n' % decision.reason)
         if decision.unverified:
             out.write('  note: unverified on real hardware (mixed host '

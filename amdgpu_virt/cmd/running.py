@@ -127,3 +127,23 @@ def read(app: Any, args: argparse.Namespace, hosts: Sequence[HostInventory],
             cmd_nova.load_backend(app).reader(), hosts)
     return Live(running.placements(conf, hosts, ledger, holdings,
                                    unhealthy), tuple(notes))
+
+
+def memory_enforcement(app: Any, args: argparse.Namespace
+                       ) -> dict[str, dict[str, str]]:
+    """node -> GPU address -> memory enforcement level, as the nodes
+    register it, when ``k8s`` is a source of ``--running-from`` ({}
+    otherwise).
+
+    :raises KubernetesError: the nodes cannot be listed.
+    """
+    if K8S not in sources_of(args):
+        return {}
+    from amdgpu_virt.k8s.api import client as k8s_client
+    from amdgpu_virt.k8s.pool import running as k8s_running
+
+    conf = av_main.app_conf(app)
+    return k8s_running.LiveKubernetes(
+        k8s_client.core_api(conf), conf.kubernetes.namespace,
+        conf.dra.driver_name,
+        conf.kubernetes.resource_name).memory_enforcement()

@@ -243,6 +243,42 @@ Related options:
 
 * publish_interval (must be shorter)
 """),
+    cfg.StrOpt('dmem_hook', default='',
+               help="""
+Host path of the ``amdgpu-virt`` command that CDI specs name as the
+``createRuntime`` hook of a share: the container runtime runs it after it
+created the container's cgroup and before the container's process runs,
+with the container's OCI state on standard input; it writes the share's
+VRAM cap (``dmem.max``) on the container's cgroup, and fails the
+container's creation when it cannot. It runs on the host, in the
+runtime's namespaces, so the command must be installed on the host.
+
+Possible values:
+
+* empty (default): no hook; shares are capped by the LD_AUDIT hook only
+  (their devices say ``memoryEnforcement: hook``)
+* an absolute path, e.g. /usr/local/bin/amdgpu-virt; used only on nodes
+  whose kernel has the dmem controller and a VRAM region for the GPU
+
+Related options:
+
+* dmem_hook_root
+* [kubernetes] memory_enforcement, cgroup_root
+"""),
+    cfg.StrOpt('dmem_hook_root', default='/',
+               help="""
+Root under which the ``createRuntime`` hook finds ``proc/<pid>/cgroup``
+and ``sys/fs/cgroup`` of the host (the hook runs on the host).
+
+Possible values:
+
+* ``/`` on a node
+* another directory holding proc/ and sys/fs/cgroup (tests)
+
+Related options:
+
+* dmem_hook
+"""),
 ]
 
 

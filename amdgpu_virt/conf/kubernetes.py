@@ -110,6 +110,79 @@ kubernetes_opts: list[cfg.Opt] = [
              'Related options:\n\n'
              '* allocation_mode (only ``hami`` needs it)\n'
              '* share_count\n'),
+    cfg.StrOpt(
+        'memory_enforcement', default='kernel-or-hook', choices=[
+            ('kernel-or-hook', 'a GPU offers slices when the kernel (dmem '
+                               'cgroup) or the LD_AUDIT hook caps their '
+                               'VRAM'),
+            ('kernel', 'only where the kernel caps VRAM: every process of '
+                       'a slice is bound, static and musl binaries '
+                       'included'),
+            ('hook', 'only where the LD_AUDIT hook library is usable (the '
+                     'behaviour before kernel caps)'),
+            ('kernel-and-hook', 'only where both are in place'),
+            ('none', 'always: slice memory limits are advisory where '
+                     'nothing enforces them')],
+        help='What a node needs before its GPUs offer CU slices. Each GPU '
+             'has a memory enforcement level: ``kernel`` (the dmem cgroup '
+             'controller of Linux 6.14+ caps the slice\'s VRAM; the device '
+             'plugin writes the cap on the pod cgroup in PreStartContainer, '
+             'the DRA driver through a CDI createRuntime hook), ``hook`` '
+             '(the LD_AUDIT library vgpu_library is usable), '
+             '``kernel+hook`` or ``none``. A node whose GPUs do not all '
+             'meet this requirement offers whole GPUs only (one slot per '
+             'GPU) and says why in its log and in a Warning Event '
+             'MemoryEnforcementInsufficient on its Node. The level is '
+             'published in the node registration (custominfo '
+             'memoryEnforcement), the node label '
+             'amdgpu-virt.io/memory-enforcement (the weakest level, '
+             '``kernel-hook`` for ``kernel+hook``) and the DRA devices\' '
+             'attribute memoryEnforcement.\n\n'
+             'Related options:\n\n'
+             '* vgpu_library\n'
+             '* cgroup_root, cgroup_driver, kubelet_cgroup_root\n'
+             '* share_count\n'),
+    cfg.StrOpt(
+        'cgroup_root', default='/sys/fs/cgroup',
+        help='Where the node\'s cgroup v2 hierarchy is mounted in this '
+             'process: the node agent reads the dmem controller\'s regions '
+             '(dmem.capacity) there, the device plugin writes the VRAM caps '
+             '(dmem.max) of pods; the DRA plugin reads it to decide whether '
+             'its shares get the kernel cap. Nothing below it is followed '
+             'through a symbolic link.\n\n'
+             'Possible values:\n\n'
+             '* /sys/fs/cgroup on the node itself\n'
+             '* the host\'s /sys/fs/cgroup mounted into the pod (the chart '
+             'mounts it at /host/cgroup, writable for the device plugin); '
+             'a pod\'s own /sys/fs/cgroup shows only its own cgroup\n\n'
+             'Related options:\n\n'
+             '* memory_enforcement\n'
+             '* cgroup_driver\n'),
+    cfg.StrOpt(
+        'cgroup_driver', default='auto', choices=[
+            ('auto', 'whichever of kubepods.slice and kubepods exists below '
+                     'kubelet_cgroup_root'),
+            ('systemd', 'kubelet runs with --cgroup-driver=systemd '
+                        '(kubepods.slice/kubepods-<qos>.slice/'
+                        'kubepods-<qos>-pod<uid>.slice)'),
+            ('cgroupfs', 'kubelet runs with --cgroup-driver=cgroupfs '
+                         '(kubepods/<qos>/pod<uid>)')],
+        help='kubelet\'s cgroup driver, which names the pod cgroups the '
+             'device plugin caps.\n\n'
+             'Related options:\n\n'
+             '* kubelet_cgroup_root\n'
+             '* cgroup_root\n'),
+    cfg.StrOpt(
+        'kubelet_cgroup_root', default='/',
+        regex=r'^/([A-Za-z0-9_.:@+]+(/[A-Za-z0-9_.:@+]+)*)?$',
+        help='kubelet\'s --cgroup-root: the cgroup its kubepods cgroup is '
+             'made in.\n\n'
+             'Possible values:\n\n'
+             '* / (kubelet\'s default)\n'
+             '* another cgroup, e.g. /kubelet (kind nodes: '
+             'kubelet.slice/kubelet-kubepods.slice)\n\n'
+             'Related options:\n\n'
+             '* cgroup_driver\n'),
     cfg.FloatOpt(
         'kubelet_poll_interval', default=1.0, min=0.05, max=60.0,
         help='Seconds between checks that kubelet.sock is unchanged (a '

@@ -63,6 +63,7 @@ from amdgpu_virt.policy.decision import Verdict
 from amdgpu_virt.policy.workload import Platform
 from amdgpu_virt.policy.workload import Tenancy
 from amdgpu_virt.policy.workload import Workload
+from amdgpu_virt.sharing import enforcement
 from amdgpu_virt.sharing import hami
 
 #: The pod's stated needs (a workload spec without name and platform).
@@ -273,6 +274,40 @@ def parse(value: Any, where: str, key: str = ANNOTATION) -> dict[str, Any]:
     return dict(raw)
 
 
+@dataclasses.dataclass(frozen=True)
+class MemoryRule:
+    """What a namespace requires of its slices' memory enforcement.
+
+    :ivar why: who requires it (the namespace label), for reasons.
+    """
+
+    requirement: enforcement.Requirement
+    why: str
+
+
+def memory_rule(namespace: str, labels: Mapping[str, Any] | None
+                ) -> MemoryRule | None:
+    """The rule of a namespace's labels (None: none, or a value that is
+    no requirement, which the extender refuses)."""
+    wanted, _problem = enforcement.namespace_requirement(labels)
+    if wanted is None:
+        return None
+    return MemoryRule(wanted, 'namespace %r (label %s=%s)' % (
+        namespace, enforcement.NAMESPACE_LABEL, wanted.value))
+
+
+def levels_from_registrations(devices: Iterable[hami.DeviceInfo]
+                              ) -> dict[str, frozenset[enforcement.Level]]:
+    """Model name (as :func:`models_from_registrations` names it) -> the
+    memory enforcement levels its GPUs register (unknown: ``none``)."""
+    levels: dict[str, set[enforcement.Level]] = {}
+    for device in devices:
+        level = enforcement.registered_level(device.custominfo)
+        levels.setdefault(device.type or 'unnamed', set()).add(
+            level or enforcement.Level.NONE)
+    return {name: frozenset(found) for name, found in levels.items()}
+
+
 def models_from_registrations(devices: Iterable[hami.DeviceInfo]
                               ) -> tuple[GpuModel, ...]:
     """One model per GPU shape the cluster registers (type, CUs, MiB,
@@ -347,9 +382,14 @@ def _tightest(trail: Sequence[Verdict], options: Sequence[base.Option]
 
 
 def decide(w: Workload, models: Sequence[GpuModel],
-           engine: policy_engine.Engine) -> IntentDecision:
+           engine: policy_engine.Engine, memory: MemoryRule | None = None,
+           levels: Mapping[str, frozenset[enforcement.Level]] | None = None
+           ) -> IntentDecision:
     """Whole GPUs or a CU slice for ``w`` on a cluster of ``models``.
 
+    :param memory: what the pod's namespace requires of a slice's memory
+        enforcement: a slice only on the models some GPU of which
+        registers a level that meets it (``levels``, by model name).
     :returns: a placed decision with the limits to set, or never-fits
         with the tightest reason.
     """
@@ -367,6 +407,23 @@ def decide(w: Workload, models: Sequence[GpuModel],
         return IntentDecision(Code.NEVER, 'fits no GPU of the cluster: %s'
                               % _tightest(trail, options), trail=trail)
     slice_models = allowed[Kind.CU]
+    weak = ''
+    if memory is not None and slice_models:
+        kept = [m for m in slice_models if any(
+            memory.requirement.met_by(level)
+            for level in (levels or {}).get(m.name, ()))]
+        dropped = sorted(m.name for m in slice_models if m not in kept)
+        if dropped:
+            weak = '%s requires %s for a slice\'s memory, and no GPU of %s ' \
+                'registers it (%s)' % (
+                    memory.why, memory.requirement.describe(),
+                    ', '.join(dropped), '; '.join(
+                        '%s: %s' % (name, ', '.join(sorted(
+                            level.value for level in (levels or {}).get(
+                                name, ())) or 'none'))
+                        for name in dropped))
+            trail = trail + (Verdict('memory', Kind.CU, False, weak),)
+        slice_models = kept
     everywhere = {m.name for m in slice_models} == fitting
     use_types = () if fitting == {m.name for m in models} else \
         tuple(sorted(fitting))
@@ -385,6 +442,11 @@ def decide(w: Workload, models: Sequence[GpuModel],
             limits[hami.RESOURCE_GPUMEM] = str(w.memory_mib)
         passed = [v for v in trail if v.passed and v.kind is Kind.CU
                   and v.rule in ('isolation', 'size', 'interference')]
+        if memory is not None:
+            passed.append(Verdict(
+                'memory', Kind.CU, True, 'its memory is capped as %s '
+                'requires (%s)' % (memory.why,
+                                   memory.requirement.describe())))
         reason = 'CU slice of %d%% of the CUs and %s per GPU on %d GPU%s: ' \
             '%s' % (percent, w.describe_memory(), w.gpus,
                     '' if w.gpus == 1 else 's',
@@ -395,9 +457,9 @@ def decide(w: Workload, models: Sequence[GpuModel],
         return IntentDecision(Code.PLACED, reason, Kind.CU, limits,
                               use_types, trail, w.gpus, cus, w.memory_mib)
     refused = [v for v in trail if not v.passed and v.kind is Kind.CU]
-    why = (refused[0].message if refused else
+    why = (weak or (refused[0].message if refused else
            'a CU slice is not allowed on every GPU shape it fits: %s'
-           % ', '.join(sorted(fitting - {m.name for m in slice_models})))
+           % ', '.join(sorted(fitting - {m.name for m in slice_models}))))
     reason = 'whole GPU%s (%d): no CU slice because %s' % (
         '' if w.gpus == 1 else 's', w.gpus, why)
     return IntentDecision(Code.PLACED, reason, Kind.DEDICATED, limits,

@@ -23,6 +23,7 @@ from amdgpu_virt.model import GpuModel
 from amdgpu_virt.policy import engine as policy_engine
 from amdgpu_virt.policy.filters import isolation
 from amdgpu_virt.policy.workload import Tenancy
+from amdgpu_virt.sharing import enforcement
 from amdgpu_virt.sharing import hami
 
 #: Pod annotations only the project writes: HAMi's allocation record and
@@ -54,6 +55,10 @@ class IntentPolicy:
     #: (namespace, template): makes sure the ResourceClaimTemplate exists
     #: (raises AmdgpuVirtError when it cannot)
     templates: Callable[[str, dict[str, Any]], None] | None = None
+    #: model name -> the memory enforcement levels its GPUs register, now
+    #: (for namespaces that require one); None: not known
+    levels: Callable[[], Mapping[str, frozenset[enforcement.Level]]] \
+        | None = None
 
 
 def containers(spec: Mapping[str, Any],

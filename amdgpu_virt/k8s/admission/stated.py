@@ -153,7 +153,8 @@ def _few(items: Sequence[str], most: int = 8, width: int = 80) -> str:
 
 def _judge(statement: pod_intent.Statement, where: str,
            isolated: str | None, intent: admission.IntentPolicy,
-           memo: dict[str, pod_intent.IntentDecision]
+           memo: dict[str, pod_intent.IntentDecision],
+           memory: pod_intent.MemoryRule | None = None
            ) -> pod_intent.IntentDecision | str:
     """The decision on one statement, or the reason it is refused (the
     same needs stated for several containers are judged once)."""
@@ -164,8 +165,10 @@ def _judge(statement: pod_intent.Statement, where: str,
         return '; '.join(err.problems)
     key = json.dumps(raw, sort_keys=True, default=str)
     if key not in memo:
-        memo[key] = pod_intent.decide(workload, intent.models(),
-                                      intent.engine)
+        memo[key] = pod_intent.decide(
+            workload, intent.models(), intent.engine, memory,
+            intent.levels() if memory is not None and intent.levels
+            is not None else None)
     decision = memo[key]
     return decision if decision.code is Code.PLACED else decision.reason
 
@@ -194,10 +197,15 @@ def _use_types(chosen: Sequence[ContainerDecision], problems: list[str]
 
 def apply_intent(pod: dict[str, Any], namespace: str, name: str,
                   isolated: str | None, intent: admission.IntentPolicy | None,
-                  problems: list[str]) -> list[ContainerDecision]:
+                  problems: list[str],
+                  memory: pod_intent.MemoryRule | None = None
+                  ) -> list[ContainerDecision]:
     """Set the limits the policy chooses for the stated needs (in place):
     the pod-level form for its one container, and each per-container
     form for the container it names.
+
+    :param memory: what the namespace requires of a slice's memory
+        enforcement (its label).
 
     :returns: the decisions (empty: no needs stated, or refused; the
         reasons, each naming its container, are in ``problems``).
@@ -227,7 +235,7 @@ def apply_intent(pod: dict[str, Any], namespace: str, name: str,
     memo: dict[str, pod_intent.IntentDecision] = {}
     for statement, path, target in targets:
         container = str(target.get('name', '?'))
-        judged = _judge(statement, where, isolated, intent, memo)
+        judged = _judge(statement, where, isolated, intent, memo, memory)
         if isinstance(judged, str):
             problems.append('container %r: metadata.annotations[%s]: %s' % (
                 container, statement.key, judged))

@@ -62,8 +62,6 @@ import http.server
 import json
 import logging
 import ssl
-import threading
-import time
 from collections.abc import Callable
 from collections.abc import Mapping
 from typing import Any
@@ -77,6 +75,7 @@ from amdgpu_virt.k8s.admission import rules as admission
 from amdgpu_virt.k8s.admission import stated
 from amdgpu_virt.k8s.admission import webhookapi
 from amdgpu_virt.k8s.api import httpserver
+from amdgpu_virt.k8s.api import namespaces
 from amdgpu_virt.policy import engine as policy_engine
 from amdgpu_virt.sharing import hami
 
@@ -260,8 +259,9 @@ def review(admission_review: Mapping[str, Any], policy: WebhookPolicy,
         isolated = 'namespace %r (labelled %s=%s)' % (namespace, key, value)
     problems.extend(admission.ephemeral_problems(pod, None))
     mutated = copy.deepcopy(dict(pod))
-    decisions = stated.apply_intent(mutated, namespace, name, isolated,
-                                    intent, problems)
+    decisions = stated.apply_intent(
+        mutated, namespace, name, isolated, intent, problems,
+        pod_intent.memory_rule(namespace, namespace_labels))
     mspec = mutated.get('spec') or {}
     containers = admission.containers(mspec)
     managed = set(policy.managed_resources)
@@ -436,26 +436,8 @@ def make_server(policy: WebhookPolicy, host: str = '127.0.0.1',
     return server
 
 
-class NamespaceLabelCache:
-    """Namespace labels read through a ``CoreV1Api``, cached for ``ttl``."""
-
-    def __init__(self, core_api: Any, ttl: float = 30.0) -> None:
-        self.api = core_api
-        self.ttl = ttl
-        self._lock = threading.Lock()
-        self._cache: dict[str, tuple[float, dict[str, str]]] = {}
-
-    def __call__(self, namespace: str) -> Mapping[str, str]:
-        now = time.monotonic()
-        with self._lock:
-            hit = self._cache.get(namespace)
-            if hit is not None and now - hit[0] < self.ttl:
-                return hit[1]
-        labels = dict(self.api.read_namespace(namespace).metadata.labels
-                      or {})
-        with self._lock:
-            self._cache[namespace] = (now, labels)
-        return labels
+#: namespace labels, cached (kept here under its old name)
+NamespaceLabelCache = namespaces.NamespaceLabelCache
 
 
 def from_conf(conf: Any, core_api: Any | None = None) -> _WebhookServer:
@@ -474,18 +456,19 @@ def from_conf(conf: Any, core_api: Any | None = None) -> _WebhookServer:
         raise exception.ConfigError(
             option='[kubernetes] webhook_cert_file/webhook_key_file',
             reason='set both or neither')
+    models = webhookapi.ClusterModels(core_api)
     try:
         return make_server(
             WebhookPolicy.from_conf(conf), host=group.webhook_host,
             port=group.webhook_port,
             namespace_labels=NamespaceLabelCache(core_api),
             intent=admission.IntentPolicy(
-                policy_engine.Engine(conf),
-                webhookapi.ClusterModels(core_api),
+                policy_engine.Engine(conf), models,
                 dra=group.webhook_dra_claims,
                 templates=webhookapi.ClaimTemplates(
                     k8s_client_lib.ResourceV1Api(
-                        getattr(core_api, 'api_client', None)))),
+                        getattr(core_api, 'api_client', None))),
+                levels=models.levels),
             events=webhookapi.EventRecorder(core_api),
             cert_file=group.webhook_cert_file,
             key_file=group.webhook_key_file,

@@ -16,6 +16,7 @@ from amdgpu_virt.k8s.admission import intent as pod_intent
 from amdgpu_virt.k8s.api import client as k8s_client
 from amdgpu_virt.k8s.api import quantity
 from amdgpu_virt.model import GpuModel
+from amdgpu_virt.sharing import enforcement
 from amdgpu_virt.sharing import hami
 
 LOG = logging.getLogger(__name__)
@@ -79,6 +80,14 @@ class ClusterModels:
         self._lock = threading.Lock()
         self._at = -ttl
         self._models: tuple[GpuModel, ...] = ()
+        self._levels: dict[str, frozenset[enforcement.Level]] = {}
+
+    def levels(self) -> dict[str, frozenset[enforcement.Level]]:
+        """Model name -> memory enforcement levels its GPUs register (as
+        read with the models)."""
+        self()
+        with self._lock:
+            return self._levels
 
     def __call__(self) -> tuple[GpuModel, ...]:
         now = time.monotonic()
@@ -102,9 +111,11 @@ class ClusterModels:
             devices.extend(i for i in infos
                            if fit.usable_device(i) is None)
         models = pod_intent.models_from_registrations(devices)
+        levels = pod_intent.levels_from_registrations(devices)
         with self._lock:
             self._at = now
             self._models = models
+            self._levels = levels
         return models
 
 

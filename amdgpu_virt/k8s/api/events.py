@@ -7,8 +7,12 @@ answers 409, which the caller ignores).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 from typing import Any
+
+from amdgpu_virt import exception
+from amdgpu_virt.k8s.api import client as k8s_client
 
 #: where Events about Nodes go (as kubelet's)
 NAMESPACE = 'default'
@@ -35,3 +39,15 @@ def node_event(node: Mapping[str, Any], suffix: str, reason: str,
         'firstTimestamp': now, 'lastTimestamp': now, 'count': 1,
         'reportingComponent': component, 'reportingInstance': name,
     }
+
+
+def record(core_api: Any, body: Mapping[str, Any]) -> None:
+    """Create the Event ``body`` (one of that name already there is the
+    same report: the 409 is ignored).
+
+    :raises KubernetesError: it could not be created.
+    """
+    with contextlib.suppress(exception.KubernetesConflict):
+        k8s_client.call('CREATE event %s' % body['metadata']['name'],
+                        core_api.create_namespaced_event, NAMESPACE, body,
+                        _preload_content=False)

@@ -10,7 +10,10 @@ empties ``/var/run/cdi``) and removed on unprepare. It holds:
   memory limit;
 * one CDI device per request, ``<claim UID>-req-<request>``: ``/dev/kfd``
   and what depends on all of the request's GPUs (``ROCR_VISIBLE_DEVICES``,
-  ``HIP_VISIBLE_DEVICES``, ``HSA_CU_MASK``, ``LD_AUDIT`` and its library).
+  ``HIP_VISIBLE_DEVICES``, ``HSA_CU_MASK``, ``LD_AUDIT`` and its library)
+  and, where the kernel caps VRAM (:class:`DmemHook`), a ``createRuntime``
+  hook that caps the container's cgroup at the request's shares before
+  its process runs (``amdgpu-virt k8s dmem-hook``).
 
 kubelet hands a container the CDI ids of every device of the requests it
 uses, so each device answers its own id, and the first device of each
@@ -22,10 +25,12 @@ Device nodes carry the major/minor read from the host's sysfs.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import re
 from collections.abc import Callable
+from collections.abc import Sequence
 from typing import Any
 
 from amdgpu_virt import exception
@@ -126,8 +131,31 @@ def spec_path(cdi_dir: str, driver: str, uid: str) -> str:
                                                     CDI_CLASS, uid))
 
 
-def _container_edits(edit: dra_prepare.Edits, numbers: DeviceNumbers
-                     ) -> dict[str, Any]:
+@dataclasses.dataclass(frozen=True)
+class DmemHook:
+    """The ``createRuntime`` hook that caps a share's VRAM.
+
+    :ivar path: the ``amdgpu-virt`` command on the host.
+    :ivar root: where the hook finds the host's proc and cgroup trees.
+    """
+
+    path: str
+    root: str = '/'
+    #: seconds the runtime gives it (CDI ``timeout``)
+    timeout: int = 30
+
+    def entry(self, caps: Sequence[tuple[str, int]]) -> dict[str, Any]:
+        args = ['amdgpu-virt', 'k8s', 'dmem-hook']
+        for region, value in caps:
+            args += ['--cap', '%s=%d' % (region, value)]
+        if self.root != '/':
+            args += ['--root', self.root]
+        return {'hookName': 'createRuntime', 'path': self.path,
+                'args': args, 'timeout': self.timeout}
+
+
+def _container_edits(edit: dra_prepare.Edits, numbers: DeviceNumbers,
+                     hook: DmemHook | None = None) -> dict[str, Any]:
     container: dict[str, Any] = {}
     if edit.env:
         container['env'] = ['%s=%s' % item for item in edit.env]
@@ -143,13 +171,17 @@ def _container_edits(edit: dra_prepare.Edits, numbers: DeviceNumbers
                                 'options': ['ro', 'nosuid', 'nodev',
                                             'bind']}
                                for lib in edit.mounts]
+    if edit.caps and hook is not None:
+        container['hooks'] = [hook.entry(edit.caps)]
     return container
 
 
 def spec(driver: str, uid: str, claim: dra_state.PreparedClaim,
          edits: dra_prepare.ClaimEdits,
-         numbers: DeviceNumbers) -> dict[str, Any]:
-    """The CDI spec of one claim: its devices, then its requests.
+         numbers: DeviceNumbers,
+         hook: DmemHook | None = None) -> dict[str, Any]:
+    """The CDI spec of one claim: its devices, then its requests (with
+    ``hook`` for the requests the kernel caps).
 
     :raises InventoryError: a device node without a device number.
     :raises DraClaimError: a name CDI would not accept.
@@ -159,7 +191,7 @@ def spec(driver: str, uid: str, claim: dra_state.PreparedClaim,
                for name, edit in zip(device_names(uid, claim), edits.devices,
                                      strict=True)]
     devices.extend({'name': request_device_name(uid, edit.request),
-                    'containerEdits': _container_edits(edit, numbers)}
+                    'containerEdits': _container_edits(edit, numbers, hook)}
                    for edit in edits.requests)
     return {'cdiVersion': CDI_VERSION, 'kind': kind(driver),
             'devices': devices}

@@ -47,6 +47,8 @@ from amdgpu_virt import model
 from amdgpu_virt.k8s.dra import served as dra_served
 from amdgpu_virt.ledger import GpuAssignment
 from amdgpu_virt.model import Role
+from amdgpu_virt.sharing.enforcement import Level
+from amdgpu_virt.sharing.enforcement import Requirement
 
 #: reported VRAM at most this fraction below the catalog's nominal size is
 #: published as the nominal size (the VBIOS keeps a few MiB)
@@ -87,6 +89,9 @@ class DraDevice:
     counter_set: str | None = None
     counters: tuple[tuple[str, int], ...] = ()
     pcie_root: str | None = None
+    #: the GPU's memory enforcement level (the ``memoryEnforcement``
+    #: attribute), when known
+    memory_enforcement: str | None = None
 
     @property
     def shared(self) -> bool:
@@ -295,6 +300,29 @@ def plan(node: str, inventory: model.HostInventory,
     return DevicePlan(node=node, devices=devices,
                       counter_sets=tuple(counter_sets),
                       withheld=tuple(withheld))
+
+
+def with_enforcement(plan: DevicePlan, levels: Mapping[str, Level],
+                     requirement: Requirement
+                     ) -> tuple[DevicePlan, tuple[str, ...]]:
+    """``plan`` with each device's memory enforcement level, without the
+    shares of GPUs whose level does not meet ``requirement``.
+
+    :param levels: PCI address -> level (a GPU without one keeps no
+        attribute and counts as ``none``).
+    :returns: (the plan, the names of the shares left out).
+    """
+    kept = []
+    dropped = []
+    for device in plan.devices:
+        level = levels.get(str(device.gpu.address))
+        if device.shared and not requirement.met_by(level):
+            dropped.append(device.name)
+            continue
+        kept.append(device if level is None else dataclasses.replace(
+            device, memory_enforcement=level.value))
+    return (dataclasses.replace(plan, devices=tuple(kept)),
+            tuple(dropped))
 
 
 def units_of(device: DraDevice, units: Sequence[object]) -> list[object]:

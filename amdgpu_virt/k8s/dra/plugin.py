@@ -53,8 +53,12 @@ from amdgpu_virt.k8s.dra import prepare as dra_prepare
 from amdgpu_virt.k8s.dra import publish as dra_publish
 from amdgpu_virt.k8s.dra import served as dra_served
 from amdgpu_virt.k8s.dra import state as dra_state
+from amdgpu_virt.k8s.node import cgroups
 from amdgpu_virt.k8s.node import devices as unit_devices
+from amdgpu_virt.k8s.node import dmem
+from amdgpu_virt.k8s.node import enforcement as node_enforcement
 from amdgpu_virt.k8s.node import health as node_health
+from amdgpu_virt.k8s.node import memhook
 from amdgpu_virt.k8s.node import roles as noderoles
 from amdgpu_virt.k8s.proto.dra.v1 import api_pb2 as v1_pb2
 from amdgpu_virt.k8s.proto.dra.v1 import api_pb2_grpc as v1_grpc
@@ -211,6 +215,11 @@ class DraPlugin:
     :param health: health check per ROCr unit; default: all healthy.
     :param pcie_roots: PCI address -> PCIe root complex of the GPUs (the
         ``resource.kubernetes.io/pcieRoot`` attribute).
+    :param enforcement: each GPU's memory enforcement level (published as
+        the ``memoryEnforcement`` attribute) and the requirement a GPU
+        must meet to publish shares; None: neither.
+    :param dmem_hook: the CDI ``createRuntime`` hook that caps shares of
+        the GPUs at a kernel level; None: no kernel caps.
     """
 
     def __init__(self, inventory: model.HostInventory, node: str,
@@ -230,8 +239,9 @@ class DraPlugin:
                  health: dra_health.HealthCheck | None = None,
                  health_timeout: int = 90,
                  interval: float = 30.0,
-                 pcie_roots: Mapping[model.PciAddress, str] | None = None
-                 ) -> None:
+                 pcie_roots: Mapping[model.PciAddress, str] | None = None,
+                 enforcement: node_enforcement.NodeEnforcement | None = None,
+                 dmem_hook: cdi.DmemHook | None = None) -> None:
         self.inventory = inventory
         self.node = node
         self.claim_reader = claim_reader
@@ -259,6 +269,13 @@ class DraPlugin:
         self.board = dra_health.HealthBoard(health_timeout)
         self.interval = interval
         self.units = unit_devices.units_from_inventory(inventory)
+        self.enforcement = enforcement
+        self.dmem_hook = dmem_hook
+        #: GPUs whose shares get the kernel cap (a hook and a kernel level)
+        self.kernel_gpus = frozenset(
+            address for address, level in enforcement.levels.items()
+            if level.kernel) if enforcement is not None and \
+            dmem_hook is not None else frozenset()
         self.assignments: tuple[av_ledger.GpuAssignment, ...] | None = (
             None if ledger_source is None else ())
         self.plan = self._plan()
@@ -276,14 +293,24 @@ class DraPlugin:
     def _plan(self, served: dra_served.Served | None = None
               ) -> dra_devices.DevicePlan:
         """The devices offered on an API server that keeps ``served``
-        (None: what the publisher learnt last, or everything)."""
+        (None: what the publisher learnt last, or everything), with their
+        memory enforcement, without shares below its requirement."""
         if served is None:
             served = (self.publisher.served if self.publisher is not None
                       else None) or dra_served.FULL
-        return dra_devices.plan(self.node, self.inventory, self.assignments,
+        plan = dra_devices.plan(self.node, self.inventory, self.assignments,
                                 partition_devices=self.partition_devices,
                                 pcie_roots=self.pcie_roots, served=served,
                                 without_counters=self.without_counters)
+        judged = self.enforcement
+        if judged is None:
+            return plan
+        plan, dropped = dra_devices.with_enforcement(
+            plan, judged.levels, judged.requirement)
+        if dropped:
+            LOG.warning('Not publishing shares %s: %s', ', '.join(dropped),
+                        judged.refusal())
+        return plan
 
     def _use(self, whole: dra_devices.DevicePlan, health: _Reading,
              published: dra_devices.DevicePlan | None = None) -> None:
@@ -361,10 +388,11 @@ class DraPlugin:
                 LOG.info('Prepared claim %s/%s (%s): %s', namespace, name,
                          uid, ', '.join(d.device for d in prepared.devices))
             edits = dra_prepare.container_edits(prepared, self.units,
-                                                self.library)
+                                                self.library,
+                                                self.kernel_gpus)
             cdi.write(self.cdi_dir, self.driver, uid,
                       cdi.spec(self.driver, uid, prepared, edits,
-                               self.numbers))
+                               self.numbers, self.dmem_hook))
             return prepared
 
     def unprepare(self, uid: str) -> None:
@@ -491,6 +519,17 @@ def from_conf(conf: Any, inventory: model.HostInventory) -> DraPlugin:
         return data
 
     roles = noderoles.from_conf(conf, node, k8s.CoreV1Api(api_client))
+    hook = None
+    if group.dmem_hook:
+        hook = cdi.DmemHook(group.dmem_hook, group.dmem_hook_root)
+        kernel = dmem.probe(cgroups.CgroupFs(conf.kubernetes.cgroup_root))
+    else:
+        kernel = dmem.NodeDmem(False, '[dra] dmem_hook is not set, so no '
+                               'createRuntime hook caps the shares')
+    judged = node_enforcement.assess(
+        node_enforcement.Requirement(conf.kubernetes.memory_enforcement),
+        (str(g.address) for g in inventory.gpus), kernel,
+        memhook.check(conf.kubernetes.vgpu_library))
     return DraPlugin(
         inventory, node, read_claim, driver=group.driver_name,
         registration_dir=group.registration_dir,
@@ -512,4 +551,5 @@ def from_conf(conf: Any, inventory: model.HostInventory) -> DraPlugin:
         health_timeout=group.health_timeout,
         interval=group.publish_interval,
         pcie_roots=sysfs.pcie_roots(conf.inventory.sysfs_root,
-                                    (g.address for g in inventory.gpus)))
+                                    (g.address for g in inventory.gpus)),
+        enforcement=judged, dmem_hook=hook)

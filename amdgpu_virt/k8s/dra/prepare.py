@@ -20,12 +20,13 @@ request; what belongs to one device (its DRM nodes, a share's
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 from amdgpu_virt import exception
 from amdgpu_virt.k8s.dra import claims as dra_claims
 from amdgpu_virt.k8s.dra import state as dra_state
 from amdgpu_virt.k8s.node import devices as unit_devices
+from amdgpu_virt.k8s.node import dmem
 from amdgpu_virt.sharing import allocator
 from amdgpu_virt.sharing import cumask
 from amdgpu_virt.sharing import hami
@@ -45,6 +46,9 @@ class Edits:
     device_paths: tuple[str, ...]
     mounts: tuple[str, ...] = ()
     device: int | None = None
+    #: (dmem region, bytes) the kernel caps a container of the request at
+    #: (its shares of GPUs the kernel caps, summed per GPU)
+    caps: tuple[tuple[str, int], ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -148,8 +152,12 @@ def prepare(uid: str, namespace: str, name: str,
 
 def container_edits(claim: dra_state.PreparedClaim,
                     units: Sequence[unit_devices.GpuUnit],
-                    library: str = hami.LD_AUDIT_LIBRARY) -> ClaimEdits:
+                    library: str = hami.LD_AUDIT_LIBRARY,
+                    kernel: Collection[str] = ()) -> ClaimEdits:
     """The edits of each device and of each request of ``claim``.
+
+    :param kernel: PCI addresses of the GPUs whose VRAM the kernel caps:
+        a request's shares of them give its edits ``caps``.
 
     :raises DraClaimError: a partition without a ROCr device.
     """
@@ -163,9 +171,14 @@ def container_edits(claim: dra_state.PreparedClaim,
     for request, members in groups.items():
         chosen: list[unit_devices.GpuUnit] = []
         masks: dict[int, int] = {}
+        caps: dict[str, int] = {}
         for index in members:
             device = claim.devices[index]
             part_masks = dict(device.masks)
+            if part_masks and device.gpu in kernel:
+                region = dmem.region(device.gpu)
+                caps[region] = caps.get(region, 0) + \
+                    device.memory_mib * (1 << 20)
             paths: list[str] = []
             env: list[tuple[str, str]] = []
             for part in device.partitions:
@@ -190,7 +203,8 @@ def container_edits(claim: dra_state.PreparedClaim,
             mounts = (library,)
         requests.append(Edits(request=request, env=tuple(env),
                               device_paths=(unit_devices.KFD_PATH,),
-                              mounts=mounts))
+                              mounts=mounts, caps=tuple(sorted(
+                                  caps.items()))))
     return ClaimEdits(devices=tuple(per_device[i] for i in
                                     range(len(claim.devices))),
                       requests=tuple(requests))

@@ -35,6 +35,7 @@ from amdgpu_virt.k8s.dra import devices as dra_devices
 from amdgpu_virt.k8s.dra import served as dra_served
 from amdgpu_virt.k8s.dra.devices import DeviceType, DraDevice
 from amdgpu_virt.k8s.dra.served import Layout, layout_for
+from amdgpu_virt.sharing import enforcement
 
 API_VERSION = 'resource.k8s.io/v1'
 MAX_DEVICES = 128
@@ -110,6 +111,9 @@ def _attributes(device: DraDevice) -> dict[str, Any]:
         attrs['memoryPartition'] = {'string': gpu.memory_partition}
     if device.partition is not None:
         attrs['partitionIndex'] = {'int': device.partition}
+    if device.memory_enforcement:
+        attrs[enforcement.DRA_ATTRIBUTE] = {
+            'string': device.memory_enforcement}
     return attrs
 
 

@@ -12,7 +12,10 @@ semantics:
 * a GPU takes a container while it has a free slot (``count`` of the
   registration), the CUs (``percent_to_cus``) and the memory, passes the
   pod's ``amd.com/use-gputype``, ``nouse-gputype``, ``use-gpu-uuid`` and
-  ``nouse-gpu-uuid`` annotations and is healthy;
+  ``nouse-gpu-uuid`` annotations and is healthy; a slice also needs the
+  memory enforcement the pod's namespace requires (its registered
+  ``custominfo.memoryEnforcement``, see
+  :mod:`amdgpu_virt.sharing.enforcement`);
 * among the GPUs that fit, those whose free CUs hold the request in one
   range (the CU allocator's view of the node, see :func:`build_view`) come
   first, then ``hami.io/gpu-scheduler-policy`` (``binpack``: the busiest
@@ -115,6 +118,9 @@ def _gpu_problem(gpu: GpuState, state: _Tentative, want: ContainerRequest,
         return 'not in %s' % hami.USE_GPU_UUID
     if uuid in request.nouse_uuids:
         return 'in %s' % hami.NOUSE_GPU_UUID
+    refusal = request.memory_refusal(info, want)
+    if refusal:
+        return refusal
     if not info.health:
         return 'unhealthy'
     if mem > info.devmem:

@@ -14,6 +14,7 @@ from typing import Any
 
 from amdgpu_virt import exception
 from amdgpu_virt.k8s.api import quantity
+from amdgpu_virt.sharing import enforcement
 from amdgpu_virt.sharing import hami
 from amdgpu_virt.sharing import packing
 
@@ -62,6 +63,11 @@ class PodRequest:
     gpu_policy: str = hami.DEFAULT_GPU_SCHEDULER_POLICY
     #: the pod names its GPU policy (else it is the default)
     gpu_policy_set: bool = False
+    #: what must enforce the memory limit of the pod's slices (its
+    #: namespace's label; None: the node's own requirement is enough)
+    memory_enforcement: enforcement.Requirement | None = None
+    #: who requires it, for reasons (the namespace label)
+    memory_enforcement_why: str = ''
 
     @property
     def wants_gpus(self) -> bool:
@@ -69,9 +75,23 @@ class PodRequest:
 
     @property
     def filtered(self) -> bool:
-        """The pod restricts which GPUs it takes (types or uuids)."""
+        """The pod restricts which GPUs it takes (types, uuids or their
+        memory enforcement)."""
         return bool(self.use_types or self.nouse_types or self.use_uuids
-                    or self.nouse_uuids)
+                    or self.nouse_uuids
+                    or self.memory_enforcement is not None)
+
+    def memory_refusal(self, info: hami.DeviceInfo,
+                       want: ContainerRequest) -> str | None:
+        """Why GPU ``info`` may not take ``want`` under the pod's memory
+        enforcement requirement (whole GPUs are never shared: any level
+        will do)."""
+        if self.memory_enforcement is None or want.exclusive:
+            return None
+        return enforcement.refusal(
+            self.memory_enforcement,
+            enforcement.registered_level(info.custominfo),
+            self.memory_enforcement_why or 'the pod')
 
     def shapes(self, reference_mem: int) -> tuple[packing.Shape, ...]:
         """The containers' shapes for the request mix; memory as a

@@ -36,6 +36,7 @@ from typing import Any
 from amdgpu_virt import exception
 from amdgpu_virt.k8s.api import client as k8s_client
 from amdgpu_virt.k8s.node import devices
+from amdgpu_virt.k8s.node import enforcement
 from amdgpu_virt.k8s.node import health as node_health
 from amdgpu_virt.k8s.node import healthpublish
 from amdgpu_virt.k8s.node import labels as node_labels
@@ -51,14 +52,17 @@ CONFLICT_RETRIES = 5
 
 
 def registration(units: Sequence[devices.GpuUnit], share_count: int,
-                 healthy: Mapping[str, bool],
-                 reasons: Mapping[str, str] | None = None
+                 healthy: Mapping[str, bool], *,
+                 reasons: Mapping[str, str] | None = None,
+                 levels: Mapping[str, enforcement.Level] | None = None
                  ) -> tuple[hami.DeviceInfo, ...]:
     """The DeviceInfo of every unit, in unit order.
 
     :param healthy: unit uuid -> health; a missing uuid counts as healthy.
     :param reasons: unit uuid -> why it is unhealthy (custominfo
         ``healthReason`` of an unhealthy unit).
+    :param levels: PCI address -> memory enforcement level, published as
+        ``custominfo.memoryEnforcement`` (None: not published).
     """
     result = []
     for unit in units:
@@ -68,6 +72,9 @@ def registration(units: Sequence[devices.GpuUnit], share_count: int,
         reason = (reasons or {}).get(unit.uuid)
         if not healthy.get(unit.uuid, True) and reason:
             custom[hami.CUSTOMINFO_HEALTH_REASON] = reason
+        level = (levels or {}).get(unit.gpu_address)
+        if level is not None:
+            custom[enforcement.CUSTOMINFO_KEY] = level.value
         result.append(hami.DeviceInfo(
             id=unit.uuid, index=unit.index, count=share_count,
             devmem=unit.vram_mib, devcore=unit.compute_units,
@@ -214,6 +221,9 @@ class NodeAgent:
         #: makes the metrics listener when the agent starts (None: none)
         self.metrics: Any = None
         self._metrics_server: Any = None
+        #: each GPU's memory enforcement (set by from_conf; registered in
+        #: custominfo, published on the node by enforcement.publish)
+        self.enforcement: enforcement.NodeEnforcement | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -250,7 +260,10 @@ class NodeAgent:
             if not healthy[unit.uuid]:
                 reasons[unit.uuid] = node_health.reason_of(self.health,
                                                            unit)
-        return registration(units, self.share_count, healthy, reasons)
+        return registration(
+            units, self.share_count, healthy, reasons=reasons,
+            levels=(self.enforcement.levels
+                    if self.enforcement is not None else None))
 
     def sync_once(self) -> bool:
         """Register the node's GPUs if the node says otherwise.
@@ -403,7 +416,7 @@ class NodeAgent:
 
 def from_conf(conf: Any, inventory: Any,
               store: NodeStore | None = None,
-              enforcement: telemetry.Enforcement | None = None
+              levels: telemetry.Enforcement | None = None
               ) -> NodeAgent:
     """A node agent configured by the ``[kubernetes]``, ``[health]`` and
     ``[telemetry]`` options: it judges GPU health with a
@@ -411,8 +424,9 @@ def from_conf(conf: Any, inventory: Any,
     the node and, with ``[telemetry] metrics_port`` >= 0, serves the
     node's metrics once started.
 
-    :param enforcement: GPU address -> memory enforcement level, exported
-        as ``amdgpu_virt_gpu_memory_enforcement``.
+    :param levels: GPU address -> memory enforcement level, exported as
+        ``amdgpu_virt_gpu_memory_enforcement`` (default: the levels the
+        agent judged and registers).
     :raises ConfigError: naming the option at fault.
     """
     group = conf.kubernetes
@@ -423,8 +437,9 @@ def from_conf(conf: Any, inventory: Any,
     host = None
     if isinstance(store, KubernetesNodeStore):
         host, core_api = store.node_name, store.api
-    share_count, hook = memhook.share_count(conf)
     units = devices.units_from_inventory(inventory)
+    share_count, judged = enforcement.share_count(
+        conf, {u.gpu_address for u in units})
     monitor = node_health.monitor_from_conf(conf, units)
     node_agent = NodeAgent(
         store, units, share_count, health=monitor,
@@ -432,19 +447,30 @@ def from_conf(conf: Any, inventory: Any,
         roles=noderoles.from_conf(conf, host, core_api),
         gpus=({str(g.address): g for g in inventory.gpus}
               if group.node_labels else None))
-    node_agent.memory_hook = hook
+    node_agent.enforcement = judged
+    node_agent.memory_hook = judged.hook if judged is not None else None
     node_agent.health_publisher = healthpublish.HealthPublisher(store)
+    if levels is None and judged is not None:
+        levels = _level_texts(judged)
     if conf.telemetry.metrics_port >= 0:
         node_agent.metrics = functools.partial(
             _metrics_server, conf, host, core_api, units, share_count,
-            monitor, enforcement)
+            monitor, levels)
     return node_agent
+
+
+def _level_texts(judged: enforcement.NodeEnforcement
+                 ) -> telemetry.Enforcement:
+    def level(address: str) -> str:
+        found = judged.levels.get(address)
+        return found.value if found is not None else 'unknown'
+    return level
 
 
 def _metrics_server(conf: Any, node: str | None, core_api: Any,
                     units: Sequence[devices.GpuUnit], share_count: int,
                     monitor: node_health.HealthMonitor,
-                    enforcement: telemetry.Enforcement | None) -> Any:
+                    levels: telemetry.Enforcement | None) -> Any:
     """The node's metrics listener (bound now)."""
     from amdgpu_virt.inventory.sysfs import cgroup as sysfs_cgroup
     from amdgpu_virt.k8s.api import httpserver
@@ -461,7 +487,7 @@ def _metrics_server(conf: Any, node: str | None, core_api: Any,
         conf.inventory.sysfs_root,
         conf.telemetry.cgroup_root or sysfs_cgroup.default_root(
             conf.inventory.sysfs_root),
-        health=monitor, enforcement=enforcement, pods=pods, record=record,
+        health=monitor, enforcement=levels, pods=pods, record=record,
         limits=telemetry.Limits.from_conf(conf))
     return metricsserver.make_server(
         collector, conf.telemetry.metrics_host, conf.telemetry.metrics_port,

@@ -30,6 +30,12 @@ a plugin restart gets the same answer. The pod's HAMi annotations are
 then written as a mirror, and the node lock is released after the pod's
 last container with GPUs.
 
+Where the node's kernel caps VRAM (the dmem cgroup controller, see
+:mod:`amdgpu_virt.k8s.node.podcaps`), the plugin registers with
+``PreStartRequired``: before kubelet starts a container, its
+``PreStartContainer`` writes the VRAM caps of the container's pod on the
+pod cgroup, and a failure fails the container's start.
+
 With a role ledger (:mod:`amdgpu_virt.k8s.node.roles`, read again every
 ``[kubernetes] registration_interval`` seconds), the GPUs the ledger does
 not give to Kubernetes on this node are listed unhealthy, so kubelet does
@@ -51,9 +57,11 @@ import grpc
 
 from amdgpu_virt import exception
 from amdgpu_virt import model
+from amdgpu_virt.k8s.node import cgroups
 from amdgpu_virt.k8s.node import devices
+from amdgpu_virt.k8s.node import enforcement
 from amdgpu_virt.k8s.node import health as node_health
-from amdgpu_virt.k8s.node import memhook
+from amdgpu_virt.k8s.node import podcaps
 from amdgpu_virt.k8s.node import podsource
 from amdgpu_virt.k8s.node import roles as noderoles
 from amdgpu_virt.k8s.node import sharedserve
@@ -84,8 +92,7 @@ class _Servicer(api_pb2_grpc.DevicePluginServicer):
     def GetDevicePluginOptions(self, request: api_pb2.Empty,
                                context: grpc.ServicerContext
                                ) -> api_pb2.DevicePluginOptions:
-        return api_pb2.DevicePluginOptions(
-            pre_start_required=False, get_preferred_allocation_available=True)
+        return self.plugin.options()
 
     def ListAndWatch(self, request: api_pb2.Empty,
                      context: grpc.ServicerContext
@@ -133,6 +140,12 @@ class _Servicer(api_pb2_grpc.DevicePluginServicer):
     def PreStartContainer(self, request: api_pb2.PreStartContainerRequest,
                           context: grpc.ServicerContext
                           ) -> api_pb2.PreStartContainerResponse:
+        ids = list(request.devices_ids)
+        try:
+            self.plugin.pre_start(ids)
+        except exception.AmdgpuVirtError as err:
+            LOG.warning('PreStartContainer %s refused: %s', ids, err)
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(err))
         return api_pb2.PreStartContainerResponse()
 
 
@@ -176,6 +189,8 @@ class DevicePlugin:
     :param library: the LD_AUDIT library given to shared containers.
     :param roles: the role ledger of the node; GPUs it does not give to
         Kubernetes are unhealthy. None: every GPU may be offered.
+    :param caps: writes kernel VRAM caps in PreStartContainer (the plugin
+        then registers with PreStartRequired); None: no kernel caps.
     """
 
     def __init__(self, inventory: model.HostInventory,
@@ -188,7 +203,8 @@ class DevicePlugin:
                  pod_source: podsource.PodSource | None = None,
                  cu_strategy: allocator.CuStrategy | None = None,
                  library: str = hami.LD_AUDIT_LIBRARY,
-                 roles: noderoles.NodeRoles | None = None) -> None:
+                 roles: noderoles.NodeRoles | None = None,
+                 caps: podcaps.PodCaps | None = None) -> None:
         if share_count < 1:
             raise exception.ConfigError(
                 option='[kubernetes] share_count',
@@ -208,6 +224,7 @@ class DevicePlugin:
         self.cu_strategy = cu_strategy
         self.library = library
         self.roles = roles
+        self.caps = caps if pod_source is not None else None
         self._shared = None if pod_source is None else \
             sharedserve.SharedServer(
                 pod_source, self.units, share_count, library,
@@ -223,6 +240,23 @@ class DevicePlugin:
         self._kubelet_identity: tuple[int, int, int] | None = None
         self._registered = False
         self._watcher: threading.Thread | None = None
+
+    def options(self) -> api_pb2.DevicePluginOptions:
+        """PreStartRequired exactly when the plugin writes kernel caps."""
+        return api_pb2.DevicePluginOptions(
+            pre_start_required=self.caps is not None,
+            get_preferred_allocation_available=True)
+
+    def pre_start(self, device_ids: Sequence[str]) -> None:
+        """Before a container of ``device_ids`` starts: its pod's kernel
+        VRAM caps, in place (nothing to do without kernel caps).
+
+        :raises DevicePluginError, CgroupError: naming the device IDs,
+            the pod or the cgroup file at fault.
+        """
+        if self.caps is None or self._shared is None:
+            return
+        self.caps.apply(device_ids, self._shared)
 
     # device list
     def device_list(self) -> list[devices.Device]:
@@ -300,6 +334,8 @@ class DevicePlugin:
         """Serve the socket, register, and start watching kubelet."""
         self.stopping.clear()
         self.check_health()
+        if self.caps is not None:
+            self.caps.prepare()
         self._serve()
         self._try_register()
         self._watcher = threading.Thread(target=self._watch, daemon=True,
@@ -352,9 +388,7 @@ class DevicePlugin:
         request = api_pb2.RegisterRequest(
             version=API_VERSION, endpoint=self.socket_name,
             resource_name=self.resource_name,
-            options=api_pb2.DevicePluginOptions(
-                pre_start_required=False,
-                get_preferred_allocation_available=True))
+            options=self.options())
         try:
             with grpc.insecure_channel('unix:' + self.kubelet_socket) as ch:
                 api_pb2_grpc.RegistrationStub(ch).Register(request,
@@ -422,14 +456,25 @@ def from_conf(conf: Any, inventory: model.HostInventory,
     roles = noderoles.from_conf(
         conf, pod_source.node_name if pod_source is not None else None,
         getattr(pod_source, 'api', None))
+    units = devices.units_from_inventory(inventory)
+    share_count, judged = enforcement.share_count(
+        conf, {u.gpu_address for u in units})
+    caps = None
+    if judged is not None and judged.kernel and share_count > 1 and \
+            judged.dmem is not None:
+        caps = podcaps.PodCaps(
+            cgroups.CgroupFs(group.cgroup_root), judged.dmem, units,
+            None if group.cgroup_driver == 'auto'
+            else cgroups.Driver(group.cgroup_driver),
+            cgroups.kubelet_root_parts(group.kubelet_cgroup_root))
     return DevicePlugin(
         inventory, plugin_dir=group.device_plugin_dir,
         socket_name=group.device_plugin_socket,
         resource_name=group.resource_name,
-        share_count=memhook.share_count(conf)[0],
+        share_count=share_count,
         poll_interval=group.kubelet_poll_interval,
         health=node_health.monitor_from_conf(
             conf, devices.units_from_inventory(inventory)),
         pod_source=pod_source,
         cu_strategy=allocator.load_strategy(conf.sharing.cu_strategy),
-        library=group.vgpu_library, roles=roles)
+        library=group.vgpu_library, roles=roles, caps=caps)

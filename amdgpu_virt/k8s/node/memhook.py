@@ -2,9 +2,11 @@
 
 Containers on a shared GPU get ``LD_AUDIT=<library>`` (HAMi's
 ``libamvgpu.so``), which enforces their ``HIP_DEVICE_MEMORY_LIMIT_<i>``.
-Without a loadable library there is no memory limit, so the node side
-offers whole GPUs only (one device plugin slot per GPU) and says why: in
-its log, with a Warning Event on its Node and with the node label
+Without a loadable library the hook enforces nothing: the node then
+offers slices only where the kernel caps their VRAM and ``[kubernetes]
+memory_enforcement`` allows it (see :mod:`.enforcement`), else whole GPUs
+only (one device plugin slot per GPU), and says why: in its log, with a
+Warning Event on its Node and with the node label
 ``amdgpu-virt.io/memory-hook`` (``ready`` or ``unavailable``).
 
 :func:`check` looks at the file the way the dynamic loader will need it:
@@ -18,7 +20,6 @@ header table only). :func:`report` publishes the verdict on the Node.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import hashlib
 import logging
@@ -189,37 +190,28 @@ def check(path: str) -> HookStatus:
     return HookStatus(path, True)
 
 
-def share_count(conf: Any) -> tuple[int, HookStatus | None]:
-    """The device plugin slots per GPU this node may offer.
-
-    ``[kubernetes] share_count``, or 1 (whole GPUs only) when the GPUs
-    would be shared (allocation_mode ``hami`` and share_count > 1) and
-    ``[kubernetes] vgpu_library`` is not usable. The status is None when
-    the library is not needed.
-    """
-    group = conf.kubernetes
-    if group.allocation_mode != 'hami' or group.share_count <= 1:
-        return group.share_count, None
-    status = check(group.vgpu_library)
-    if status.usable:
-        LOG.info('memory-limit hook %s is usable; sharing each GPU among '
-                 'up to %d pods', status.path, group.share_count)
-        return group.share_count, status
-    LOG.warning('%s; offering whole GPUs only (1 slot per GPU instead of '
-                '%d) until it is installed and this pod restarted',
-                status.reason, group.share_count)
-    return 1, status
+def node_event(node: dict[str, Any], reason: str, tag: str, message: str,
+               now: str) -> dict[str, Any]:
+    """A Warning Event on the Node, named after the node, ``tag`` and the
+    message (publishing the same again is one object)."""
+    digest = hashlib.sha256(message.encode()).hexdigest()[:12]
+    return events.node_event(node, '%s.%s' % (tag, digest), reason,
+                             'Warning', message[:1024], 'amdgpu-virt-agent',
+                             now)
 
 
 def event_body(node: dict[str, Any], status: HookStatus,
                share: int, now: str) -> dict[str, Any]:
     """The Warning Event on the Node (a deterministic name per node and
     reason, so publishing it again is one object)."""
-    digest = hashlib.sha256(status.reason.encode()).hexdigest()[:12]
-    return events.node_event(
-        node, 'memory-hook.%s' % digest, EVENT_REASON, 'Warning',
-        '%s; this node offers whole GPUs only (%d slot per GPU)'
-        % (status.reason, share), 'amdgpu-virt-agent', now)
+    if share <= 1:
+        consequence = 'this node offers whole GPUs only (%d slot per GPU)' \
+            % share
+    else:
+        consequence = 'slices on this node are capped by the kernel only ' \
+            '(dmem cgroup); hipMemGetInfo shows them the whole GPU'
+    return node_event(node, EVENT_REASON, 'memory-hook',
+                      '%s; %s' % (status.reason, consequence), now)
 
 
 def report(store: Any, core_api: Any, status: HookStatus, share: int,
@@ -229,34 +221,35 @@ def report(store: Any, core_api: Any, status: HookStatus, share: int,
 
     :raises KubernetesError: the node could not be read or labelled.
     """
-    from amdgpu_virt.k8s.api import client as k8s_client
-
     node = store.read()
     value = READY if status.usable else UNAVAILABLE
     if ((node.get('metadata') or {}).get('labels') or {}).get(LABEL) != value:
         store.label(node, {LABEL: value})
     if status.usable:
         return
-    body = event_body(node, status, share, now)
-    # 409 AlreadyExists: the same verdict was published before
-    with contextlib.suppress(exception.KubernetesConflict):
-        k8s_client.call('CREATE event %s' % body['metadata']['name'],
-                        core_api.create_namespaced_event, 'default', body,
-                        _preload_content=False)
+    events.record(core_api, event_body(node, status, share, now))
+
+
+def publish_with(node_agent: Any, verdict: Any, report_fn: Any,
+                 what: str) -> None:
+    """``report_fn(store, api, verdict, share_count, now)`` for a node
+    agent made by ``agent.from_conf``; nothing without a verdict or an
+    API; a failure to publish is logged, never fatal."""
+    import datetime
+
+    api = getattr(node_agent.store, 'api', None)
+    if verdict is None or api is None:
+        return
+    now = datetime.datetime.now(datetime.UTC).strftime('%Y-%m-%dT%H:%M:%SZ')
+    try:
+        report_fn(node_agent.store, api, verdict, node_agent.share_count,
+                  now)
+    except exception.KubernetesError as err:
+        LOG.warning('%s not published on the node: %s', what, err)
 
 
 def publish(node_agent: Any) -> None:
     """:func:`report` for a node agent made by ``agent.from_conf`` (its
-    ``memory_hook`` verdict, its store and share count); a failure to
-    publish is logged, never fatal."""
-    import datetime
-
-    status = getattr(node_agent, 'memory_hook', None)
-    api = getattr(node_agent.store, 'api', None)
-    if status is None or api is None:
-        return
-    now = datetime.datetime.now(datetime.UTC).strftime('%Y-%m-%dT%H:%M:%SZ')
-    try:
-        report(node_agent.store, api, status, node_agent.share_count, now)
-    except exception.KubernetesError as err:
-        LOG.warning('memory-hook verdict not published on the node: %s', err)
+    ``memory_hook`` verdict, its store and share count)."""
+    publish_with(node_agent, getattr(node_agent, 'memory_hook', None),
+                 report, 'memory-hook verdict')

@@ -81,6 +81,18 @@ class SharedServer:
                 'checkpoint %s: %s' % (self.checkpoint, err)) from None
         self._served = served
 
+    def served_to(self, device_ids: Sequence[str]) -> tuple[str, int] | None:
+        """(pod UID, container index) ``device_ids`` were served to last,
+        from the served checkpoint; None when they were not. kubelet hands
+        IDs to another pod only once their pod left the node, and to the
+        next container of the same pod (an init container's), so the last
+        serve names the pod whose container is starting.
+
+        :raises DevicePluginError: the checkpoint is unreadable.
+        """
+        with self._lock:
+            return self._load_served().latest(device_ids)
+
     def allocate(self, device_ids: Sequence[str],
                  request: str) -> devices.ContainerAllocation:
         """Serve what the allocation record gives the container being

@@ -46,6 +46,7 @@ from amdgpu_virt.model import HostInventory
 from amdgpu_virt.model import MIB
 from amdgpu_virt.policy import running
 from amdgpu_virt.sharing import allocator
+from amdgpu_virt.sharing import enforcement
 from amdgpu_virt.sharing import hami
 
 _PARTITION = re.compile(r'-p(\d{1,3})(?:-share)?$')
@@ -218,6 +219,26 @@ class LiveKubernetes:
             result[entry.name] = {
                 d: str(a) for d, a in k8s_consumers.device_addresses(
                     entry.devices).items() if a is not None}
+        return result
+
+    def memory_enforcement(self) -> dict[str, dict[str, str]]:
+        """node -> GPU address -> the memory enforcement level its
+        registration states (``custominfo.memoryEnforcement``; GPUs that
+        state none are left out).
+
+        :raises KubernetesError: the nodes cannot be listed.
+        """
+        response = k8s_client.call('LIST nodes', self.api.list_node,
+                                   _preload_content=False)
+        result: dict[str, dict[str, str]] = {}
+        for obj in json.loads(response.data).get('items') or []:
+            entry = schedcache.decode_node(obj, self.resource)
+            for device in entry.devices:
+                address = k8s_consumers.gpu_address(device)
+                level = enforcement.registered_level(device.custominfo)
+                if address is not None and level is not None:
+                    result.setdefault(entry.name, {})[str(address)] = \
+                        level.value
         return result
 
     def _records(self, nodes: Iterable[str]

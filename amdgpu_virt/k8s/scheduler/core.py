@@ -13,6 +13,7 @@ HTTP side is :mod:`amdgpu_virt.k8s.scheduler.handler`.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable
@@ -28,6 +29,7 @@ from amdgpu_virt.k8s.scheduler import bookings as extenderbookings
 from amdgpu_virt.k8s.scheduler import fencing
 from amdgpu_virt.k8s.scheduler import metrics
 from amdgpu_virt.k8s.scheduler.cache import cluster as schedcache
+from amdgpu_virt.sharing import enforcement
 from amdgpu_virt.sharing import hami
 
 LOG = logging.getLogger(__name__)
@@ -77,6 +79,10 @@ class Extender:
     :param leftover: called with ``(node, pod uid)`` for a booking whose
         removal kept failing (see :class:`~amdgpu_virt.k8s.
         extenderbookings.Bookings`).
+    :param namespace_labels: namespace -> its labels (None: namespaces
+        require nothing); a namespace labelled
+        ``gpu.amd.com/memory-enforcement`` gets its pods' slices only on
+        GPUs whose registered memory enforcement meets the label.
     """
 
     #: nodes one filter call tries when their allocation records refuse
@@ -91,8 +97,11 @@ class Extender:
                  records: recordstore.RecordStore | None = None,
                  scheduler_name: str | None = None,
                  fence: fencing.LeaseFence | None = None,
-                 leftover: Callable[[str, str], None] | None = None) -> None:
+                 leftover: Callable[[str, str], None] | None = None,
+                 namespace_labels: Callable[[str], Mapping[str, str]]
+                 | None = None) -> None:
         self.cache = cache
+        self.namespace_labels = namespace_labels
         self.api = core_api
         self.locker = locker or nodelock.NodeLocker(core_api)
         self.default_node_policy = default_node_policy
@@ -136,6 +145,30 @@ class Extender:
     def _request(self, pod: Mapping[str, Any]) -> fit.PodRequest:
         return fit.pod_request(pod, self.default_node_policy,
                                self.default_gpu_policy)
+
+    def _namespace_rules(self, namespace: str,
+                         request: fit.PodRequest) -> fit.PodRequest:
+        """``request`` with what the pod's namespace requires of its
+        slices' memory enforcement.
+
+        :raises KubernetesError: the namespace cannot be read (fail
+            closed: its requirement cannot be checked).
+        :raises ExtenderRequestError: the label's value is no
+            requirement (fail closed, naming the label).
+        """
+        if self.namespace_labels is None:
+            return request
+        labels = self.namespace_labels(namespace)
+        wanted, problem = enforcement.namespace_requirement(labels)
+        if problem is not None:
+            raise exception.ExtenderRequestError(
+                field='namespace %s' % namespace, reason=problem)
+        if wanted is None:
+            return request
+        return dataclasses.replace(
+            request, memory_enforcement=wanted,
+            memory_enforcement_why='namespace %r (label %s=%s)' % (
+                namespace, enforcement.NAMESPACE_LABEL, wanted.value))
 
     # -- filter ----------------------------------------------------------
 
@@ -186,6 +219,7 @@ class Extender:
         request = self._request(pod)
         if not request.wants_gpus:
             return self._answer(args, names, as_nodes, {}, {}), 'ignored'
+        request = self._namespace_rules(namespace, request)
         earlier = {self.cache.placement(key), ((pod.get('metadata') or {})
                    .get('annotations') or {}).get(hami.VGPU_NODE)}
         refused: dict[str, str] = {}

@@ -47,6 +47,7 @@ from typing import Any
 
 from amdgpu_virt import exception
 from amdgpu_virt.k8s.api import httpserver
+from amdgpu_virt.k8s.api import namespaces
 from amdgpu_virt.k8s.record import nodelock
 from amdgpu_virt.k8s.record import store as recordstore
 from amdgpu_virt.k8s.record import sweep as recordgc
@@ -133,7 +134,10 @@ class Service:
             default_gpu_policy=group.gpu_scheduler_policy,
             records=records, scheduler_name=conf.kubernetes.scheduler_name,
             fence=lease_fence(conf, core_api),
-            leftover=self.collector.remove_later)
+            leftover=self.collector.remove_later,
+            # a namespace's memory enforcement label binds within seconds
+            namespace_labels=namespaces.NamespaceLabelCache(core_api,
+                                                            ttl=5.0))
         # this process is the extender's own: pause the cyclic collector
         # while a list is read, and after each list keep the loaded objects
         # out of its full passes

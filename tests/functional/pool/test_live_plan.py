@@ -21,6 +21,9 @@ from kubernetes import client
 from amdgpu_virt import ledger as av_ledger
 from amdgpu_virt import yamlutil
 from amdgpu_virt.cmd import exitcodes
+from amdgpu_virt.k8s.node import agent
+from amdgpu_virt.k8s.node import devices
+from amdgpu_virt.k8s.node.enforcement import Level
 from amdgpu_virt.k8s.record import allocation as allocrecord
 from amdgpu_virt.model import PciAddress
 from amdgpu_virt.model import Role
@@ -196,6 +199,27 @@ class TestLivePlan(LivePlanTestCase):
         report = self.plan('--ledger', state, sources='placement')
         self.assertIn('the 1 placements of --ledger', report['warnings'][0])
         self.assertNotIn('old', self.decisions(report))
+
+    def test_explain_shows_the_live_memory_enforcement(self):
+        self.push_ledger()
+        units = devices.units_from_inventory(
+            self.inventories[self.k8s_host])
+        infos = agent.registration(units, 10, {}, {
+            u.gpu_address: Level.KERNEL_HOOK for u in units})
+        self.register(self.k8s_host, infos)
+        self.hami_pod('infer', self.k8s_host, [(infos[0].id, 8192, 76)])
+        rc, stdout, _stderr = self.run_cli(
+            'explain', 'pod/team/infer', '--fleet', self.fleet,
+            '--workloads', self.workloads, '--running-from', 'k8s')
+        self.assertEqual(0, rc, stdout)
+        self.assertIn('  memory enforcement of %s (live): kernel+hook\n'
+                      % GPU0, stdout)
+        # without live state there is nothing to show
+        rc, stdout, _stderr = self.run_cli(
+            'explain', 'new-slice', '--fleet', self.fleet,
+            '--workloads', self.workloads)
+        self.assertEqual(0, rc)
+        self.assertNotIn('memory enforcement', stdout)
 
 
 class TestHostileLiveState(LivePlanTestCase):

@@ -183,6 +183,27 @@ class ManifestTest(testtools.TestCase):
             self.assertEqual(hook['mountPath'], volumes['memory-hook'][
                 'hostPath']['path'])
 
+    def test_host_cgroups_are_mounted_where_the_config_says(self) -> None:
+        parser = configparser.ConfigParser()
+        parser.read_string(_find('ConfigMap', 'amdgpu-virt-config')['data'][
+            'amdgpu-virt.conf'])
+        root = parser['kubernetes']['cgroup_root']
+        self.assertEqual('kernel-or-hook',
+                         parser['kubernetes']['memory_enforcement'])
+        pod = _find('DaemonSet', 'amdgpu-virt-node')['spec']['template'][
+            'spec']
+        self.assertEqual({'path': '/sys/fs/cgroup', 'type': 'Directory'},
+                         {v['name']: v for v in pod['volumes']}['cgroup'][
+                             'hostPath'])
+        writable = {}
+        for container in pod['containers']:
+            (mount,) = [m for m in container['volumeMounts']
+                        if m['name'] == 'cgroup']
+            self.assertEqual(root, mount['mountPath'])
+            writable[container['name']] = not mount.get('readOnly')
+        # only the device plugin writes caps
+        self.assertEqual({'device-plugin': True, 'agent': False}, writable)
+
     def test_containers_run_read_only_without_capabilities(self) -> None:
         for doc in chart.documents():
             template = (doc.get('spec') or {}).get('template') or {}

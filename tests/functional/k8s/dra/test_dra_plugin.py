@@ -52,12 +52,18 @@ def _raw(response):
 class DraNode(fixtures.Fixture):
     """API server, simulated node, kubelet stand-in and the plugin."""
 
-    def __init__(self, pod_uid='', version=(1, 36), dra=None, gates=None):
+    def __init__(self, pod_uid='', version=(1, 36), dra=None, gates=None,
+                 kubernetes=None):
         super().__init__()
         self.pod_uid = pod_uid
         self.version = version
         self.gates = gates
         self.dra = dict(dra or {})
+        # no memory-limit library is installed here: shares are published
+        # whatever enforces their memory, unless a test says otherwise
+        # (test_dra_dmem)
+        self.kubernetes = {'memory_enforcement': 'none',
+                           **(kubernetes or {})}
 
     def _setUp(self):
         self.k8s = self.useFixture(kubeclient.ApiServerFixture(
@@ -106,7 +112,8 @@ class DraNode(fixtures.Fixture):
             'kubernetes': {'kubeconfig': self.kubeconfig,
                            'node_name': NODE, 'ledger_source': 'file',
                            'ledger_file': self.ledger_path,
-                           'device_root': self.device_root},
+                           'device_root': self.device_root,
+                           **self.kubernetes},
             'inventory': {'sysfs_root': self.sysfs, 'hostname': NODE},
             'dra': {'registration_dir': self.registration_dir,
                     'plugin_dir': os.path.join(self.tmp, 'plugin'),

@@ -14,6 +14,7 @@ own RBAC and admission policies.
 from __future__ import annotations
 
 import os
+import shutil
 import time
 from collections.abc import Callable
 from typing import Any
@@ -27,11 +28,13 @@ from kubernetes import client
 from amdgpu_virt import ledger as av_ledger
 from amdgpu_virt.inventory import simulate
 from amdgpu_virt.k8s.node import devices
+from amdgpu_virt.k8s.node import enforcement
 from amdgpu_virt.k8s.node import memhook
 from amdgpu_virt.k8s.record import ledgermap
 from amdgpu_virt.model import Role
 from amdgpu_virt.sharing import hami
 from tests.functional.fixtures import apiauth
+from tests.functional.fixtures import cgroupfs
 from tests.functional.fixtures import kubeclient
 from tests.functional.fixtures import kubelet as kubelet_fixture
 from tests.functional.fixtures import podrunner
@@ -80,6 +83,9 @@ class ChartNodePodTest(testtools.TestCase):
             self.node_root + '/sys')
         self.gpus = [str(g.address) for g in self.inventory.gpus]
         self.units = devices.units_from_inventory(self.inventory)
+        # its cgroup v2 hierarchy: a kernel without the dmem controller
+        # (older than 6.14), unless a test says otherwise
+        self.cgroups(dmem_controller=False)
         os.makedirs(self.node_root + '/dev/dri')
         for path in ['/dev/kfd'] + [p for u in self.units
                                     for p in (u.card_path, u.render_path)]:
@@ -105,6 +111,12 @@ class ChartNodePodTest(testtools.TestCase):
                          'registration_interval = 1\n' % self.kubeconfig)
 
     # --- the pieces ----------------------------------------------------------
+
+    def cgroups(self, dmem_controller: bool) -> None:
+        root = self.node_root + '/sys/fs/cgroup'
+        shutil.rmtree(root, ignore_errors=True)
+        cgroupfs.SimNode(root, dmem_controller=dmem_controller,
+                         gpus=dict.fromkeys(self.gpus, 192 << 30))
 
     def hami_image(self, with_library: bool = True) -> str:
         """A stand-in of HAMi's image: its library where HAMi puts it."""
@@ -167,9 +179,8 @@ class ChartNodePodTest(testtools.TestCase):
         return {d.custominfo[hami.CUSTOMINFO_PCI_BDF]: d.count
                 for d in hami.decode_node_register(value)}
 
-    def label(self) -> str | None:
-        return (self.admin.read_node(NODE).metadata.labels or {}).get(
-            memhook.LABEL)
+    def label(self, key: str = memhook.LABEL) -> str | None:
+        return (self.admin.read_node(NODE).metadata.labels or {}).get(key)
 
     def healthy(self) -> set[str] | None:
         """GPU addresses whose devices the plugin lists healthy."""
@@ -220,6 +231,22 @@ class ChartNodePodTest(testtools.TestCase):
         self.assertEqual([0, 0], [r.returncode for r in again.run_init()])
         self.assertIn('is up to date', again.messages['memory-hook-install'])
         self.assertEqual(inode, os.stat(target).st_ino)
+
+    def test_a_kernel_that_caps_vram_gives_slices_without_the_library(
+            self) -> None:
+        self.cgroups(dmem_controller=True)
+        pod = self.install(with_library=False)
+        self.assertEqual([0, 0], [r.returncode for r in pod.run_init()])
+        agent = self.start(pod, 'agent')
+        self.start(pod, 'device-plugin')
+        self.assertEqual(dict.fromkeys(self.gpus, 10),
+                         wait(self.registered, 'the registration'),
+                         agent.output())
+        self.assertEqual('kernel', wait(lambda: self.label(
+            enforcement.NODE_LABEL), 'the enforcement label'))
+        self.kubelet.wait_for_devices(RESOURCE, count=20, timeout=60)
+        self.assertTrue(self.kubelet.plugins[RESOURCE].options
+                        .pre_start_required)
 
     def test_no_library_whole_gpus_and_why(self) -> None:
         pod = self.install(with_library=False)

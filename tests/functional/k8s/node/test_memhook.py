@@ -1,5 +1,5 @@
-"""The memory-hook verdict of a node agent, against the API server
-stand-in: registration, node label and Event."""
+"""The memory-hook verdict and the memory enforcement of a node agent,
+against the API server stand-in: registration, node labels and Events."""
 
 from __future__ import annotations
 
@@ -14,8 +14,10 @@ from kubernetes import client
 from amdgpu_virt import conf as conf_pkg
 from amdgpu_virt.inventory import simulate
 from amdgpu_virt.k8s.node import agent
+from amdgpu_virt.k8s.node import enforcement
 from amdgpu_virt.k8s.node import memhook
 from amdgpu_virt.sharing import hami
+from tests.functional.fixtures import cgroupfs
 from tests.functional.fixtures import kubeclient
 
 
@@ -31,10 +33,15 @@ class MemoryHookPublishTest(testtools.TestCase):
         self.inventory = simulate.design_host(
             simulate.HostSpec(hostname='n1', gpus=2))
 
-    def agent_for(self, library: str) -> agent.NodeAgent:
+    def agent_for(self, library: str, cgroup_root: str | None = None,
+                  requirement: str = 'kernel-or-hook') -> agent.NodeAgent:
         conf = conf_pkg.new_conf()
         conf.set_override('node_name', 'n1', 'kubernetes')
         conf.set_override('vgpu_library', library, 'kubernetes')
+        # no kernel caps unless the test gives a simulated cgroup tree
+        conf.set_override('cgroup_root', cgroup_root or os.path.join(
+            self.tmp, 'no-cgroup'), 'kubernetes')
+        conf.set_override('memory_enforcement', requirement, 'kubernetes')
         node_agent = agent.from_conf(
             conf, self.inventory,
             store=agent.KubernetesNodeStore('n1', self.kube.api))
@@ -50,9 +57,61 @@ class MemoryHookPublishTest(testtools.TestCase):
         return [e for e in self.kube.api.list_namespaced_event(
             'default').items if e.involved_object.name == 'n1']
 
-    def label(self) -> str | None:
+    def label(self, key: str = memhook.LABEL) -> str | None:
         return (self.kube.api.read_node('n1').metadata.labels or {}).get(
-            memhook.LABEL)
+            key)
+
+    def levels(self) -> set[str]:
+        node = self.kube.api.read_node('n1')
+        return {d.custominfo[enforcement.CUSTOMINFO_KEY]
+                for d in hami.decode_node_register(
+                    node.metadata.annotations[hami.NODE_REGISTER])}
+
+    def kernel_node(self) -> str:
+        root = os.path.join(self.tmp, 'cgroup')
+        cgroupfs.SimNode(root, gpus={str(g.address): 1 << 30
+                                     for g in self.inventory.gpus})
+        return root
+
+    def publish(self, node_agent: agent.NodeAgent) -> None:
+        memhook.publish(node_agent)
+        enforcement.publish(node_agent)
+        node_agent.sync_once()
+
+    def test_kernel_caps_without_the_hook_keep_slices(self) -> None:
+        missing = os.path.join(self.tmp, 'vgpu', 'libamvgpu.so')
+        self.publish(self.agent_for(missing, self.kernel_node()))
+        self.assertEqual({10}, self.counts())
+        self.assertEqual({'kernel'}, self.levels())
+        self.assertEqual('kernel', self.label(enforcement.NODE_LABEL))
+        self.assertEqual(memhook.UNAVAILABLE, self.label())
+        (event,) = self.events()
+        self.assertEqual(memhook.EVENT_REASON, event.reason)
+        self.assertIn('capped by the kernel only', event.message)
+
+    def test_kernel_required_hook_only_says_why(self) -> None:
+        library = os.path.join(self.tmp, 'libamvgpu.so')
+        shutil.copy(_ctypes.__file__, library)
+        self.publish(self.agent_for(library, requirement='kernel'))
+        self.assertEqual({1}, self.counts())
+        self.assertEqual({'hook'}, self.levels())
+        self.assertEqual('hook', self.label(enforcement.NODE_LABEL))
+        (event,) = self.events()
+        self.assertEqual(('Warning', enforcement.EVENT_REASON),
+                         (event.type, event.reason))
+        self.assertIn('memory_enforcement = kernel needs the kernel',
+                      event.message)
+        self.assertIn('cannot open the cgroup root', event.message)
+        self.assertIn('whole GPUs only', event.message)
+
+    def test_both_say_kernel_hook(self) -> None:
+        library = os.path.join(self.tmp, 'libamvgpu.so')
+        shutil.copy(_ctypes.__file__, library)
+        self.publish(self.agent_for(library, self.kernel_node(), 'kernel'))
+        self.assertEqual({10}, self.counts())
+        self.assertEqual({'kernel+hook'}, self.levels())
+        self.assertEqual('kernel-hook', self.label(enforcement.NODE_LABEL))
+        self.assertEqual([], self.events())
 
     def test_missing_hook_whole_gpus_label_and_event(self) -> None:
         missing = os.path.join(self.tmp, 'vgpu', 'libamvgpu.so')

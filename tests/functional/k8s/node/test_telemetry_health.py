@@ -134,7 +134,7 @@ class NodeTelemetryHealthTest(testtools.TestCase):
         self.node_agent = agent.from_conf(
             conf, self.inventory,
             store=agent.KubernetesNodeStore(NODE, api),
-            enforcement=lambda address: 'kernel' if address == self.gpu1
+            levels=lambda address: 'kernel' if address == self.gpu1
             else 'none')
         self.node_agent.start()
         self.addCleanup(self.node_agent.stop)

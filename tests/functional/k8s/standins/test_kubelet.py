@@ -272,6 +272,19 @@ class KubeletStandInTest(testtools.TestCase):
         self.assertEqual(held['c0'][RESOURCE][0], plugin.of('prestart')[-1])
         self.assertEqual(allocations, len(plugin.of('allocate')))
 
+    def test_each_container_starts_after_its_prestart(self) -> None:
+        plugin = self._serve(count=3, prestart=True)
+        self.kubelet.admit_pod(self._pod('a', [1, 1]))
+        order: list[tuple[str, int]] = []
+        self.kubelet.start_pod('a', lambda name: order.append(
+            (name, len(plugin.of('prestart')))))
+        # the runtime starts a container once its PreStartContainer is
+        # answered, and only then
+        self.assertEqual([('c0', 1), ('c1', 2)], order)
+        self.kubelet.restart_container('a', 'c1', lambda name: order.append(
+            (name, len(plugin.of('prestart')))))
+        self.assertEqual(('c1', 3), order[-1])
+
     def test_no_prestart_unless_asked(self) -> None:
         plugin = self._serve(count=2)
         self.kubelet.admit_pod(self._pod('a', [1]))

@@ -151,3 +151,63 @@ class ClaimTemplateTest(testtools.TestCase):
                              'exactly'])
         self.assertNotEqual(body['metadata']['name'],
                             other['metadata']['name'])
+
+
+class MemoryRuleTest(testtools.TestCase):
+    """A namespace requiring kernel enforcement: a slice only where a GPU
+    registers it, else whole GPUs, with the label in the reason."""
+
+    def setUp(self) -> None:
+        super().setUp()
+        self.engine = policy_engine.Engine(conf_pkg.new_conf())
+        self.rule = intent.memory_rule('team', {
+            'gpu.amd.com/memory-enforcement': 'kernel'})
+
+    def _decide(self, *devices: hami.DeviceInfo) -> intent.IntentDecision:
+        w = intent.workload(intent.parse('memory: 8GiB, compute: 25%',
+                                         'pod team/p'), 'p', None)
+        return intent.decide(w, intent.models_from_registrations(devices),
+                             self.engine, self.rule,
+                             intent.levels_from_registrations(devices))
+
+    @staticmethod
+    def _at(level: str | None) -> hami.DeviceInfo:
+        return hami.DeviceInfo(
+            id='a', count=10, devmem=196608, devcore=304,
+            type='AMD Instinct MI300X', health=True,
+            custominfo={'memoryEnforcement': level} if level else {})
+
+    def test_rule_of_the_labels(self) -> None:
+        assert self.rule is not None
+        self.assertEqual("namespace 'team' (label "
+                         "gpu.amd.com/memory-enforcement=kernel)",
+                         self.rule.why)
+        self.assertIsNone(intent.memory_rule('team', {}))
+        self.assertIsNone(intent.memory_rule('team', {
+            'gpu.amd.com/memory-enforcement': 'bogus'}))
+
+    def test_a_slice_where_the_kernel_caps(self) -> None:
+        decision = self._decide(self._at('kernel+hook'))
+        self.assertIs(Kind.CU, decision.kind)
+        self.assertIn('gpu.amd.com/memory-enforcement=kernel',
+                      decision.reason)
+
+    def test_whole_gpus_where_it_does_not(self) -> None:
+        for level in ('hook', None):
+            decision = self._decide(self._at(level))
+            self.assertIs(Kind.DEDICATED, decision.kind)
+            self.assertIn("no CU slice because namespace 'team' (label "
+                          "gpu.amd.com/memory-enforcement=kernel) requires "
+                          "the kernel (dmem cgroup)", decision.reason)
+            self.assertIn('AMD Instinct MI300X: %s' % (level or 'none'),
+                          decision.reason)
+            self.assertIn('memory', [v.rule for v in decision.trail
+                                     if not v.passed])
+
+    def test_without_a_rule_nothing_changes(self) -> None:
+        w = intent.workload(intent.parse('memory: 8GiB, compute: 25%',
+                                         'pod team/p'), 'p', None)
+        decision = intent.decide(w, intent.models_from_registrations(
+            [self._at('hook')]), self.engine)
+        self.assertIs(Kind.CU, decision.kind)
+        self.assertNotIn('memory-enforcement', decision.reason)

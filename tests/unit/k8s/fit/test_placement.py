@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import testtools
@@ -11,6 +12,7 @@ from hypothesis import strategies as st
 from amdgpu_virt import exception
 from amdgpu_virt.k8s import fit
 from amdgpu_virt.sharing import allocator
+from amdgpu_virt.sharing import enforcement
 from amdgpu_virt.sharing import hami
 
 MI300X = 'AMD Instinct MI300X'
@@ -377,3 +379,49 @@ class FitPropertyTest(testtools.TestCase):
         # and the CU view can hold them all at once
         view = fit.build_view('n', devices, usage, strategy)
         self.assertIsNone(view.problem)
+
+
+class MemoryEnforcementTest(testtools.TestCase):
+    """A namespace requiring kernel enforcement: slices only on GPUs that
+    register a kernel level; whole GPUs anywhere."""
+
+    def kernel_only(self, *containers: dict[str, Any]) -> fit.PodRequest:
+        return dataclasses.replace(
+            request(*containers),
+            memory_enforcement=enforcement.Requirement.KERNEL,
+            memory_enforcement_why="namespace 'team' (label "
+            "gpu.amd.com/memory-enforcement=kernel)")
+
+    def test_slices_go_where_the_kernel_caps(self) -> None:
+        view = fit.build_view('n', [
+            device('hooked', 0, memoryEnforcement='hook'),
+            device('kernel', 1, memoryEnforcement='kernel+hook')], [])
+        placed = fit.fit_node(view, self.kernel_only(
+            {'amd.com/gpucores': 25, 'amd.com/gpumem': 1024}))
+        assert isinstance(placed, fit.NodeFit)
+        self.assertEqual('kernel', placed.containers[0][0].uuid)
+        self.assertTrue(self.kernel_only().filtered)
+
+    def test_the_reason_names_the_label(self) -> None:
+        view = fit.build_view('n', [
+            device('hooked', 0, memoryEnforcement='hook'),
+            device('unknown', 1)], [])
+        why = fit.fit_node(view, self.kernel_only(
+            {'amd.com/gpucores': 25}))
+        self.assertIsInstance(why, str)
+        self.assertIn('0 of 2 GPUs fit', why)
+        self.assertIn('memory enforcement hook, but namespace', why)
+        self.assertIn('gpu.amd.com/memory-enforcement=kernel', why)
+        self.assertIn('memory enforcement unknown', why)
+
+    def test_whole_gpus_need_no_level(self) -> None:
+        view = fit.build_view('n', [device('hooked', 0,
+                                           memoryEnforcement='hook')], [])
+        placed = fit.fit_node(view, self.kernel_only({'amd.com/gpu': 1}))
+        self.assertIsInstance(placed, fit.NodeFit)
+
+    def test_without_a_requirement_any_level(self) -> None:
+        view = fit.build_view('n', [device('g', 0,
+                                           memoryEnforcement='none')], [])
+        self.assertIsInstance(fit.fit_node(view, request(
+            {'amd.com/gpucores': 25})), fit.NodeFit)

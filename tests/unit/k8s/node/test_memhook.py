@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-import shutil
 import struct
 import threading
 from typing import Any
@@ -13,7 +12,6 @@ import _ctypes
 import fixtures
 import testtools
 
-from amdgpu_virt import conf as conf_pkg
 from amdgpu_virt import exception
 from amdgpu_virt.k8s.node import memhook
 
@@ -130,41 +128,6 @@ class ValidateTest(testtools.TestCase):
         self.assertIn('cannot open it', self.reason(path))
 
 
-class ShareCountTest(testtools.TestCase):
-
-    def setUp(self) -> None:
-        super().setUp()
-        self.conf = conf_pkg.new_conf()
-        self.tmp = self.useFixture(fixtures.TempDir()).path
-        self.logger = self.useFixture(fixtures.FakeLogger())
-
-    def test_a_usable_hook_keeps_sharing(self) -> None:
-        path = os.path.join(self.tmp, 'libamvgpu.so')
-        shutil.copy(REAL_SO, path)
-        self.conf.set_override('vgpu_library', path, 'kubernetes')
-        count, status = memhook.share_count(self.conf)
-        self.assertEqual(10, count)
-        self.assertTrue(status is not None and status.usable)
-
-    def test_without_it_whole_gpus_only_and_why(self) -> None:
-        path = os.path.join(self.tmp, 'missing', 'libamvgpu.so')
-        self.conf.set_override('vgpu_library', path, 'kubernetes')
-        count, status = memhook.share_count(self.conf)
-        self.assertEqual(1, count)
-        self.assertFalse(status is None or status.usable)
-        self.assertIn(path, self.logger.output)
-        self.assertIn('offering whole GPUs only', self.logger.output)
-
-    def test_not_needed_without_sharing(self) -> None:
-        self.conf.set_override('vgpu_library', '/nonexistent.so',
-                               'kubernetes')
-        self.conf.set_override('allocation_mode', 'whole', 'kubernetes')
-        self.assertEqual((10, None), memhook.share_count(self.conf))
-        self.conf.set_override('allocation_mode', 'hami', 'kubernetes')
-        self.conf.set_override('share_count', 1, 'kubernetes')
-        self.assertEqual((1, None), memhook.share_count(self.conf))
-
-
 class EventBodyTest(testtools.TestCase):
 
     def test_deterministic_and_names_the_reason(self) -> None:
@@ -183,6 +146,10 @@ class EventBodyTest(testtools.TestCase):
                           first['involvedObject']['uid']))
         self.assertIn('/nonexistent/libamvgpu.so', first['message'])
         self.assertIn('whole GPUs only', first['message'])
+        # slices stay offered where the kernel caps them
+        kernel = memhook.event_body(node, status, 10, 'x')
+        self.assertIn('capped by the kernel only', kernel['message'])
+        self.assertNotIn('whole GPUs only', kernel['message'])
         other = memhook.event_body(node, memhook.check('/dev/null'), 1, 'x')
         self.assertNotEqual(first['metadata']['name'],
                             other['metadata']['name'])
