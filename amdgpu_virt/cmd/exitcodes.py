@@ -37,6 +37,9 @@ UNREACHABLE = 69
 #: EX_SOFTWARE: an unexpected internal error (a bug; ``--debug`` prints
 #: the traceback)
 SOFTWARE = 70
+#: EX_CANTCREAT: an output file or directory cannot be written (a
+#: missing parent, no permission, a full disk)
+CANT_CREATE = 73
 #: EX_TEMPFAIL: ``move`` waits for a side or the host; a lock or a
 #: concurrent writer: run the same command again later
 WAITING = 75
@@ -54,6 +57,8 @@ BY_ERROR: Mapping[type[exception.AmdgpuVirtError], int] = {
     exception.AmdSmiUnavailable: CONFIG,
     exception.MemoryHookError: CONFIG,
     exception.FileInputError: NO_INPUT,
+    exception.SnapshotUnreadable: NO_INPUT,
+    exception.OutputError: CANT_CREATE,
     exception.NothingReadable: NO_INPUT,
     exception.UnsafeRoleChange: REFUSED,
     exception.ServiceUnreachable: UNREACHABLE,
@@ -85,6 +90,7 @@ TABLE = (
     (UNREACHABLE, 'Placement, Nova or the Kubernetes API cannot be '
                   'reached; nothing was changed'),
     (SOFTWARE, 'internal error (a bug; --debug prints the traceback)'),
+    (CANT_CREATE, 'an output file or directory cannot be written'),
     (WAITING, 'waiting (move) or busy: run the same command again later'),
     (PROTOCOL, 'an API answered with an error'),
     (CONFIG, 'a configuration option or file is wrong'),

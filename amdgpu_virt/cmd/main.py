@@ -21,11 +21,13 @@ from typing import Any
 
 from cliff import app
 from cliff import commandmanager
+from cliff import display
 from cliff import help
 from oslo_config import cfg
 
 from amdgpu_virt import conf as av_conf
 from amdgpu_virt import exception
+from amdgpu_virt import fileutil
 from amdgpu_virt.cmd import exitcodes
 from amdgpu_virt.conf import opts as av_conf_opts
 
@@ -42,6 +44,13 @@ def _version() -> str:
         return str(pbr.version.VersionInfo('amdgpu_virt').release_string())
     except Exception:  # not installed: running from a source tree
         return 'unknown'
+
+
+class _StartupError(Exception):
+    """A project error before any command ran, printed as the others."""
+
+    def __str__(self) -> str:
+        return 'error: %s' % self.args[0]
 
 
 class AmdgpuVirtApp(app.App):
@@ -73,6 +82,8 @@ class AmdgpuVirtApp(app.App):
 
     def initialize_app(self, argv: list[str]) -> None:
         try:
+            for path in self.options.config_file:
+                check_config_file(path)
             try:
                 self.conf = av_conf.new_conf(
                     default_config_files=self.options.config_file)
@@ -82,6 +93,10 @@ class AmdgpuVirtApp(app.App):
             check_values(self.conf, self.options.config_file)
         except Exception as err:
             self.startup_error = err
+            if isinstance(err, exception.AmdgpuVirtError):
+                # cliff prints what it catches here as it is: say "error:"
+                # as every command's error line does
+                raise _StartupError(err) from err
             raise
 
     def interact(self) -> None:
@@ -126,6 +141,8 @@ class AmdgpuVirtApp(app.App):
         every command)."""
         run = cmd.run
         name = getattr(cmd, 'cmd_name', None) or type(cmd).__name__
+        if isinstance(cmd, display.DisplayCommandBase):
+            strict_columns(cmd)
 
         def guarded(parsed_args: argparse.Namespace) -> int:
             try:
@@ -156,6 +173,47 @@ class AmdgpuVirtApp(app.App):
         if self.conf is None:
             self.conf = av_conf.new_conf()
         return self.conf
+
+
+def strict_columns(cmd: display.DisplayCommandBase) -> None:
+    """Make ``-c COLUMN`` naming no column of ``cmd`` a usage error.
+
+    cliff drops unknown names silently while one name is known, and raises
+    a ``ValueError`` (an internal error) when none is.
+    """
+    generate = cmd._generate_columns_and_selector
+
+    def checked(parsed_args: argparse.Namespace,
+                column_names: Sequence[str]) -> Any:
+        known = {cmd._normalize_column_name(c): c for c in column_names}
+        unknown = [c for c in parsed_args.columns or ()
+                   if cmd._normalize_column_name(c) not in known]
+        if unknown:
+            raise exception.UsageError(
+                option='-c/--column', reason='no column %s; the columns are '
+                '%s' % (', '.join(repr(c) for c in unknown),
+                        ', '.join(column_names)))
+        return generate(parsed_args, column_names)
+
+    cmd._generate_columns_and_selector = checked  # type: ignore[method-assign]
+
+
+def check_config_file(path: str) -> None:
+    """Refuse a ``--config-file`` oslo.config would hang on or fail to
+    decode: only a regular file of UTF-8 text (bounded) is read.
+
+    :raises ConfigError: naming the file and what is wrong with it (a
+        missing file is left to oslo.config, which says so).
+    """
+    try:
+        data = fileutil.read_bytes(path, 'configuration file')
+        fileutil.decode_text(data, path, 'configuration file')
+    except FileNotFoundError:
+        return
+    except exception.FileInputError as err:
+        raise exception.ConfigError(
+            option='--config-file %s' % path,
+            reason=err.kwargs.get('reason', str(err))) from None
 
 
 def check_values(conf: cfg.ConfigOpts, files: Sequence[str]) -> None:
