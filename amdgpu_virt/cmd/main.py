@@ -15,6 +15,8 @@ naming the option.
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
+import logging
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -31,6 +33,8 @@ from amdgpu_virt import fileutil
 from amdgpu_virt.cmd import exitcodes
 from amdgpu_virt.conf import opts as av_conf_opts
 
+LOG = logging.getLogger(__name__)
+
 DESCRIPTION = """\
 Share AMD Instinct GPUs across OpenStack Nova and Kubernetes: discover GPUs,
 partitions and SR-IOV VFs, decide per workload between a dedicated GPU, a
@@ -46,6 +50,26 @@ def _version() -> str:
         return 'unknown'
 
 
+class CommandManager(commandmanager.CommandManager):
+    """cliff's command manager, recording the commands' entry points
+    without importing them: only the command that runs is imported
+    (cliff's own imports every command module at start, and with them the
+    OpenStack and Kubernetes client libraries)."""
+
+    def load_commands(self, namespace: str) -> None:
+        self.group_list.append(namespace)
+        for entry in sorted(importlib.metadata.entry_points(group=namespace),
+                            key=lambda e: (e.name, e.value)):
+            name = (entry.name.replace('_', ' ') if self.convert_underscores
+                    else entry.name)
+            if name in self.commands:
+                LOG.warning('command %r is defined twice (%s and %s); the '
+                            'first is used', name, self.commands[name].value,
+                            entry.value)
+                continue
+            self.commands[name] = entry
+
+
 class _StartupError(Exception):
     """A project error before any command ran, printed as the others."""
 
@@ -59,7 +83,7 @@ class AmdgpuVirtApp(app.App):
     def __init__(self) -> None:
         super().__init__(
             description=DESCRIPTION, version=_version(),
-            command_manager=commandmanager.CommandManager('amdgpu_virt.cli'),
+            command_manager=CommandManager('amdgpu_virt.cli'),
             deferred_help=True)
         self.conf: cfg.ConfigOpts | None = None
         #: what stopped initialize_app (cliff prints it and returns 1)

@@ -47,8 +47,6 @@ import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from openstack import exceptions as sdk_exceptions
-
 from amdgpu_virt import exception
 from amdgpu_virt import yamlutil
 from amdgpu_virt.nova.naming import gpu_alias
@@ -339,6 +337,9 @@ def sync_one(compute: Any, spec: FlavorSpec,
 def sync(compute: Any, specs: Iterable[FlavorSpec],
          replace: bool = False) -> tuple[FlavorChange, ...]:
     """Create or update every flavor; a converged cloud gets no write."""
+    # imported here: openstacksdk is heavy, and rendering needs none of it
+    from openstack import exceptions as sdk_exceptions
+
     changes = []
     for spec in specs:
         try:
