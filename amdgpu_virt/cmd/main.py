@@ -132,8 +132,38 @@ class AmdgpuVirtApp(app.App):
         """
         self.run_subcommand(['help'])
 
+    def configure_logging(self) -> None:
+        """cliff's handlers (stderr by ``-v``/``-q``, ``--log-file``), with
+        the root logger no lower than the lowest of them: cliff sets it to
+        DEBUG, which makes every library build debug records nobody
+        prints."""
+        root = logging.getLogger()
+        level, before = root.level, list(root.handlers)
+        super().configure_logging()
+        added = [h for h in root.handlers if h not in before]
+        self._logging = (level, added)
+        if added:
+            root.setLevel(min(h.level or logging.DEBUG for h in added))
+
     def run(self, argv: list[str]) -> int:
-        """cliff's run, with every outcome mapped to the status table."""
+        """cliff's run, with every outcome mapped to the status table.
+
+        The logging set up for the run is taken down after it, so a
+        process that runs commands in turn (a test, an embedding tool)
+        keeps its own logging and does not collect handlers.
+        """
+        try:
+            return self._run(argv)
+        finally:
+            level, added = getattr(self, '_logging', (None, []))
+            root = logging.getLogger()
+            for handler in added:
+                root.removeHandler(handler)
+                handler.close()
+            if level is not None:
+                root.setLevel(level)
+
+    def _run(self, argv: list[str]) -> int:
         try:
             result = super().run(argv)
         except SystemExit as stop:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import io
 import json
+import logging
 import subprocess
 import sys
 
 import testtools
 
+from amdgpu_virt.cmd import main
 from tests.unit.cmd import test_inventory_cli
 
 
@@ -67,3 +70,34 @@ class TestStartup(testtools.TestCase):
             self.assertEqual([], sorted(
                 m for m in modules if m.split('.')[0] in HEAVY
                 or m in HEAVY), argv)
+
+
+class TestLogging(testtools.TestCase):
+
+    def test_a_run_leaves_the_process_logging_as_it_was(self):
+        root = logging.getLogger()
+        self.addCleanup(root.setLevel, root.level)
+        root.setLevel(logging.WARNING)
+        handlers = list(root.handlers)
+        for argv in (['plan', '--part', 'summary', '-f', 'value'],
+                     ['-v', '-v', 'simulate-host', '--help'],
+                     ['--config-file', '/nonexistent', 'plan']):
+            app = main.AmdgpuVirtApp()
+            app.stdout, app.stderr = io.StringIO(), io.StringIO()
+            app.run(argv)
+            self.assertEqual(logging.WARNING, root.level, argv)
+            self.assertEqual(handlers, root.handlers, argv)
+
+    def test_while_it_runs_the_root_is_no_lower_than_its_handlers(self):
+        seen = []
+        app = main.AmdgpuVirtApp()
+        app.stdout, app.stderr = io.StringIO(), io.StringIO()
+        real = app.initialize_app
+
+        def spy(argv):
+            seen.append(logging.getLogger().level)
+            real(argv)
+
+        app.initialize_app = spy
+        app.run(['plan', '--part', 'summary', '-f', 'value'])
+        self.assertEqual([logging.INFO], seen)
