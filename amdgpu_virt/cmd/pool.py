@@ -84,7 +84,7 @@ def location(app: Any) -> Any:
     return ledgermap.Location.from_conf(av_main.app_conf(app))
 
 
-def _add_side_args(parser: argparse.ArgumentParser) -> None:
+def add_side_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument('--no-nova', action='store_true',
                         help='the deployment has no Nova side: do not ask '
                              'Placement')
@@ -299,7 +299,7 @@ class Audit(lister.Lister):
         parser.add_argument('--ledger', metavar='FILE', required=True,
                             help='the role ledger (YAML)')
         cmd_sources.add_arguments(parser)
-        _add_side_args(parser)
+        add_side_args(parser)
         parser.add_argument('--min-severity', default='info',
                             choices=SEVERITIES,
                             help='list only findings at least this severe '

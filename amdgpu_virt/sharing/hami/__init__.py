@@ -46,6 +46,8 @@ from amdgpu_virt.sharing.hami.names import BIND_PHASE
 from amdgpu_virt.sharing.hami.names import BIND_TIME
 from amdgpu_virt.sharing.hami.names import CU_ALLOCATED
 from amdgpu_virt.sharing.hami.names import CUSTOMINFO_CU_PER_WGP
+from amdgpu_virt.sharing.hami.names import CUSTOMINFO_HEALTH_REASON
+from amdgpu_virt.sharing.hami.names import CUSTOMINFO_MEMORY_ENFORCEMENT
 from amdgpu_virt.sharing.hami.names import CUSTOMINFO_PCI_BDF
 from amdgpu_virt.sharing.hami.names import DEFAULT_GPU_SCHEDULER_POLICY
 from amdgpu_virt.sharing.hami.names import DEFAULT_MODE
@@ -63,6 +65,7 @@ from amdgpu_virt.sharing.hami.names import GPU_SCHEDULER_POLICIES
 from amdgpu_virt.sharing.hami.names import GPU_SCHEDULER_POLICY
 from amdgpu_virt.sharing.hami.names import is_plugin_env
 from amdgpu_virt.sharing.hami.names import LD_AUDIT_LIBRARY
+from amdgpu_virt.sharing.hami.names import MEMORY_ENFORCEMENT_LEVELS
 from amdgpu_virt.sharing.hami.names import NODE_LOCK
 from amdgpu_virt.sharing.hami.names import NODE_LOCK_TIMEOUT
 from amdgpu_virt.sharing.hami.names import NODE_REGISTER
@@ -122,6 +125,8 @@ __all__ = [
     'BIND_TIME',
     'BindPhase',
     'CUSTOMINFO_CU_PER_WGP',
+    'CUSTOMINFO_HEALTH_REASON',
+    'CUSTOMINFO_MEMORY_ENFORCEMENT',
     'CUSTOMINFO_PCI_BDF',
     'CU_ALLOCATED',
     'ContainerDevice',
@@ -143,6 +148,7 @@ __all__ = [
     'Handshake',
     'HandshakeState',
     'LD_AUDIT_LIBRARY',
+    'MEMORY_ENFORCEMENT_LEVELS',
     'NODE_LOCK',
     'NODE_LOCK_TIMEOUT',
     'NODE_REGISTER',

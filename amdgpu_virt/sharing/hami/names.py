@@ -100,6 +100,16 @@ NODE_LOCK_TIMEOUT = datetime.timedelta(minutes=5)
 #: Key of ``custominfo`` with the CUs allocated together (RDNA WGPs).
 CUSTOMINFO_CU_PER_WGP = 'cuPerWGP'
 CUSTOMINFO_PCI_BDF = 'pciBDF'
+#: Key of ``custominfo`` (ours, not HAMi's) with why a device registered
+#: ``health: false`` is unhealthy, as the node agent saw it (node input:
+#: free text).
+CUSTOMINFO_HEALTH_REASON = 'healthReason'
+#: Key of ``custominfo`` (ours) with how the node enforces a slice's
+#: memory: one of :data:`MEMORY_ENFORCEMENT_LEVELS`.
+CUSTOMINFO_MEMORY_ENFORCEMENT = 'memoryEnforcement'
+#: ``kernel``: the dmem cgroup controller caps VRAM; ``hook``: the
+#: LD_AUDIT library does; both, or ``none``.
+MEMORY_ENFORCEMENT_LEVELS = ('kernel', 'hook', 'kernel+hook', 'none')
 
 
 def is_plugin_env(name: str) -> bool:
