@@ -258,6 +258,30 @@ def collect(app: Any, ledger: av_ledger.Ledger,
     return observations, warnings
 
 
+def write_document(out: Any, formatter: str, document: Mapping[str, Any],
+                   sort_keys: bool = False) -> None:
+    """``document`` as indented JSON (``formatter`` json) or YAML."""
+    out.write(json.dumps(document, indent=2, sort_keys=sort_keys) + '\n'
+              if formatter == 'json' else yamlutil.dump(document))
+
+
+class AuditOutcome:
+    """The exit status of a command that reports the audit's findings
+    (``audit``, ``status``): 1 on a conflict, 3 on drift alone, else 0;
+    set :attr:`conflicts` and :attr:`drift` in ``take_action``."""
+
+    conflicts = False
+    drift = False
+
+    def run(self, parsed_args: argparse.Namespace) -> int:
+        result = int(super().run(parsed_args))  # type: ignore[misc]
+        if result:
+            return result
+        if self.conflicts:
+            return EXIT_REFUSED
+        return EXIT_DRIFT if self.drift else EXIT_OK
+
+
 AUDIT_COLUMNS = ('Host', 'GPU', 'Severity', 'Finding', 'Detail')
 SEVERITIES = ('info', 'drift', 'conflict')
 
@@ -276,7 +300,7 @@ def audit_summary(report: crossaudit.AuditReport,
                 counts['info']))
 
 
-class Audit(lister.Lister):
+class Audit(AuditOutcome, lister.Lister):
     """Check that no GPU is offered or used by both clouds.
 
     Compares the ledger, the hosts' inventories, Placement (Nova) and the
@@ -290,9 +314,6 @@ class Audit(lister.Lister):
     65 bad input, 66 missing input, 70 internal, 76 API error, 78
     configuration).
     """
-
-    conflicts = False
-    drift = False
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser = super().get_parser(prog_name)
@@ -341,9 +362,8 @@ class Audit(lister.Lister):
             document = self.report.to_dict()
             document['sides'] = list(self.sides)
             document['warnings'] = self.warnings
-            out.write(json.dumps(document, indent=2, sort_keys=True) + '\n'
-                      if parsed_args.formatter == 'json'
-                      else yamlutil.dump(document))
+            write_document(out, parsed_args.formatter, document,
+                           sort_keys=True)
             return 0
         rows = list(data)
         if rows or parsed_args.formatter != 'table':
@@ -353,11 +373,3 @@ class Audit(lister.Lister):
         (out if parsed_args.formatter == 'table'
          else self.app.stderr).write(summary)
         return 0
-
-    def run(self, parsed_args: argparse.Namespace) -> int:
-        result = super().run(parsed_args)
-        if result:
-            return result
-        if self.conflicts:
-            return EXIT_REFUSED
-        return EXIT_DRIFT if self.drift else EXIT_OK

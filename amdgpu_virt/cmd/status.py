@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -27,8 +26,6 @@ from cliff import lister
 from amdgpu_virt import exception
 from amdgpu_virt import fileutil
 from amdgpu_virt import ledger as av_ledger
-from amdgpu_virt import yamlutil
-from amdgpu_virt.cmd import exitcodes
 from amdgpu_virt.cmd import main as av_main
 from amdgpu_virt.cmd import pool as cmd_pool
 from amdgpu_virt.cmd import running as cmd_running
@@ -53,7 +50,7 @@ def _check_output(path: str) -> None:
             path=path, reason='the directory cannot be written')
 
 
-class Status(lister.Lister):
+class Status(cmd_pool.AuditOutcome, lister.Lister):
     """Show the live fleet: per GPU its role, users, free capacity, health,
     memory enforcement and drift from the ledger.
 
@@ -73,9 +70,6 @@ class Status(lister.Lister):
     missing input, 70 internal, 73 --html not writable, 76 API error, 78
     configuration).
     """
-
-    conflicts = False
-    drift = False
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser = super().get_parser(prog_name)
@@ -164,10 +158,8 @@ class Status(lister.Lister):
         out = self.app.stdout
         if parsed_args.formatter in ('json', 'yaml') \
                 and not parsed_args.columns:
-            document = self.status.to_dict()
-            out.write(json.dumps(document, indent=2) + '\n'
-                      if parsed_args.formatter == 'json'
-                      else yamlutil.dump(document))
+            cmd_pool.write_document(out, parsed_args.formatter,
+                                    self.status.to_dict())
             return 0
         for warning in self.status.warnings:
             self.app.stderr.write('warning: %s\n' % warning)
@@ -175,14 +167,6 @@ class Status(lister.Lister):
         if parsed_args.formatter == 'table':
             out.write(summary_line(self.status))
         return 0
-
-    def run(self, parsed_args: argparse.Namespace) -> int:
-        result = super().run(parsed_args)
-        if result:
-            return result
-        if self.conflicts:
-            return exitcodes.REFUSED
-        return exitcodes.DRIFT if self.drift else exitcodes.OK
 
 
 def summary_line(status: view.FleetStatus) -> str:
