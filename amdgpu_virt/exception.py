@@ -52,6 +52,13 @@ class FileInputError(AmdgpuVirtError):
     msg_fmt = 'cannot read %(what)s %(path)s: %(reason)s'
 
 
+class OutputError(AmdgpuVirtError):
+    """A file or directory the command was asked to write cannot be
+    written (``--out``, ``--output-ledger``, ``--chart``, ``--html``...)."""
+
+    msg_fmt = 'cannot write %(path)s: %(reason)s'
+
+
 class UsageError(ConfigError):
     """The command line is wrong (an option, an argument, a combination).
 
@@ -98,6 +105,11 @@ class SysfsValueError(InventoryError):
 
 class SnapshotError(InventoryError):
     msg_fmt = 'Snapshot %(path)s is not usable: %(reason)s'
+
+
+class SnapshotUnreadable(SnapshotError):
+    """The snapshot file is missing or cannot be read (its content was
+    never seen)."""
 
 
 class AmdSmiUnavailable(InventoryError):

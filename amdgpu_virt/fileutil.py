@@ -142,7 +142,7 @@ def read_text(path: str, what: str = 'file',
 def atomic_write(path: str, content: str, mode: int = 0o644) -> None:
     """Write ``content`` to ``path`` through a temporary file and a rename.
 
-    :raises AmdgpuVirtError: naming the path when it cannot be written.
+    :raises OutputError: naming the path when it cannot be written.
     """
     directory = os.path.dirname(os.path.abspath(path))
     try:
@@ -158,8 +158,8 @@ def atomic_write(path: str, content: str, mode: int = 0o644) -> None:
                 os.unlink(tmp)
             raise
     except OSError as err:
-        raise exception.AmdgpuVirtError(
-            'cannot write %s: %s' % (path, err.strerror)) from None
+        raise exception.OutputError(
+            path=path, reason=err.strerror or str(err)) from None
     LOG.debug('wrote %s', path)
 
 
@@ -167,9 +167,16 @@ def write_if_changed(path: str, content: str, mode: int = 0o644) -> bool:
     """Write ``content`` to ``path`` unless it already holds exactly that.
 
     :returns: True if the file was written.
-    :raises AmdgpuVirtError: naming the path when it cannot be read/written.
+    :raises OutputError: naming the path when it cannot be written (or
+        what is there is not a regular file).
     """
-    if read_text(path) == content:
+    try:
+        current = read_text(path)
+    except exception.FileInputError as err:
+        # a directory, FIFO or device where the file should go
+        raise exception.OutputError(
+            path=path, reason=err.kwargs.get('reason', str(err))) from None
+    if current == content:
         LOG.debug('%s is up to date', path)
         return False
     atomic_write(path, content, mode)

@@ -166,8 +166,16 @@ def _assignment(host: str, index: int, raw: Any,
         if required not in raw:
             raise exception.PlanError(source=where,
                                       reason='%s is required' % required)
+    address_raw = raw['address']
+    if not isinstance(address_raw, str):
+        raise exception.PlanError(source=where, reason=(
+            'field address: %r is a number: YAML reads an unquoted address '
+            'such as 0000:05:00.0 as one (base 60); write it quoted, as '
+            'address: "0000:05:00.0"' if isinstance(address_raw, (int, float))
+            and not isinstance(address_raw, bool) else
+            'field address: %r is not a PCI address string') % (address_raw,))
     try:
-        address = PciAddress.parse(str(raw['address']))
+        address = PciAddress.parse(address_raw)
         role = Role(raw['role'])
     except exception.AmdgpuVirtError as err:
         raise exception.PlanError(source=where, reason=str(err)) from None
@@ -212,7 +220,12 @@ def from_dict(data: Any, source: str = 'ledger') -> Ledger:
     if not isinstance(data, Mapping) or 'hosts' not in data:
         raise exception.PlanError(source=source,
                                   reason='expected a mapping with "hosts"')
-    if data.get('version', LEDGER_VERSION) != LEDGER_VERSION:
+    if 'version' not in data:
+        raise exception.PlanError(
+            source=source, reason='no "version": a ledger starts with '
+            '"version: %d" (is this a ledger? "amdgpu-virt plan '
+            '--output-ledger FILE" writes one)' % LEDGER_VERSION)
+    if data.get('version') != LEDGER_VERSION:
         raise exception.PlanError(
             source=source, reason='version %r is not supported (expected %d)'
             % (data.get('version'), LEDGER_VERSION))
@@ -318,12 +331,19 @@ def check_hardware(ledger: Ledger, inventories: Iterable[HostInventory],
 
 def load(path: str, inventories: Iterable[HostInventory] | None = None
          ) -> Ledger:
-    """Load and validate the ledger file ``path``.
+    """Load and validate the ledger file ``path`` (with a version and at
+    least one GPU).
 
     :param inventories: when given, also :func:`check_hardware`.
     :raises PlanError: naming the file, host, GPU and field.
     """
     ledger = from_dict(yamlutil.load_file(path, 'ledger'), source=path)
+    if not ledger.assignments:
+        # a GPU without an entry is no GPU of the pool: an empty file
+        # would withdraw (apply) or flag (audit) every GPU
+        raise exception.PlanError(
+            source=path, reason='it gives no GPU a role (hosts is empty); '
+            'list every GPU of the pool, idle ones with role idle')
     if inventories is not None:
         check_hardware(ledger, inventories, path)
     return ledger
@@ -335,16 +355,12 @@ def save(ledger: Ledger, path: str, extra: Mapping[str, Any] | None = None
 
     :param extra: other top-level keys to keep (e.g. ``placements``).
     :returns: True when the file was written.
-    :raises PlanError: the file cannot be written (naming it).
+    :raises OutputError: the file cannot be written (naming it).
     """
     data = ledger.to_dict()
     data.update({k: v for k, v in (extra or {}).items()
                  if k not in data})
-    text = yamlutil.dump(data)
-    try:
-        return fileutil.write_if_changed(path, text)
-    except exception.AmdgpuVirtError as err:
-        raise exception.PlanError(source=path, reason=str(err)) from None
+    return fileutil.write_if_changed(path, yamlutil.dump(data))
 
 
 def build(assignments: Iterable[GpuAssignment]) -> Ledger:

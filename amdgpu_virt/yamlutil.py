@@ -284,5 +284,29 @@ def load_file(path: str, what: str = 'file') -> Any:
     return load(text, '%s %s' % (what, path))
 
 
+#: a PCI address (``0000:05:00.0``, ``05:00.0``) or a glob of one
+_PCI_LIKE = re.compile(r'^[0-9a-fA-F]{0,4}:?[0-9a-fA-F*]{2}:[0-9a-fA-F*]{2}'
+                       r'\.[0-7*]$')
+
+
+class _Dumper(yaml.SafeDumper):
+    """Safe dumping; PCI addresses always quoted."""
+
+
+def _represent_str(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
+    # YAML 1.1 reads an unquoted 0000:05:00.0 as a base-60 number: quote
+    # every address, so that a hand edit copying one keeps its quotes
+    if _PCI_LIKE.match(value):
+        return dumper.represent_scalar('tag:yaml.org,2002:str', value,
+                                       style="'")
+    return dumper.represent_str(value)
+
+
+_Dumper.add_representer(str, _represent_str)
+
+
 def dump(data: Any) -> str:
-    return yaml.safe_dump(data, sort_keys=False, default_flow_style=False)
+    """``data`` as YAML (keys in their order, block style, every PCI
+    address quoted)."""
+    return yaml.dump(data, Dumper=_Dumper, sort_keys=False,
+                     default_flow_style=False)

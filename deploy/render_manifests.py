@@ -11,7 +11,10 @@ template, for clusters that apply plain manifests::
 The default values take the webhook certificate from cert-manager, so the
 rendering is deterministic (the chart-generated certificate of
 ``webhook.tls.mode=helm`` would change at every render). Rendering uses
-the Helm engine of the helm-python-sdk package (module helm_python).
+the Helm engine of the helm-python-sdk package (module helm_python), a
+test requirement that ``pip install .`` does not bring: install it with
+``pip install -r test-requirements.txt`` (or ``pip install
+'helm-python-sdk>=0.2.2'``). Without it the script says so and exits 69.
 """
 
 from __future__ import annotations
@@ -58,6 +61,18 @@ def expected_files() -> dict[str, str]:
     return {name: HEADER + body for name, body in render().items()}
 
 
+#: exit status when the Helm engine is not installed (EX_UNAVAILABLE)
+MISSING_ENGINE = 69
+MISSING_ENGINE_MESSAGE = (
+    'render_manifests.py: the Helm engine it renders with is not installed '
+    '(Python module helm_python, package helm-python-sdk, a test '
+    'requirement that "pip install ." does not bring). Install it with\n'
+    '    pip install -r test-requirements.txt\n'
+    "or  pip install 'helm-python-sdk>=0.2.2'\n"
+    '(with the helm binary, "helm template amdgpu-virt deploy/helm/'
+    'amdgpu-virt --namespace amdgpu-virt" prints the same objects)\n')
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--check', action='store_true',
@@ -66,7 +81,13 @@ def main(argv: list[str] | None = None) -> int:
                         help='the directory (default: deploy/kubernetes)')
     args = parser.parse_args(argv)
     output = args.output
-    wanted = expected_files()
+    try:
+        wanted = expected_files()
+    except ModuleNotFoundError as err:
+        if err.name != 'helm_python':
+            raise
+        sys.stderr.write(MISSING_ENGINE_MESSAGE)
+        return MISSING_ENGINE
     present = {n for n in os.listdir(output) if n.endswith('.yaml')}
     drift = sorted(present - set(wanted))
     for name, content in wanted.items():

@@ -37,8 +37,9 @@ UNREACHABLE = 69
 #: EX_SOFTWARE: an unexpected internal error (a bug; ``--debug`` prints
 #: the traceback)
 SOFTWARE = 70
-#: EX_CANTCREAT: an output file cannot be created (``k8s install-hook``:
-#: the library's directory is missing or a link, read-only or full)
+#: EX_CANTCREAT: an output file or directory cannot be written (a
+#: missing parent, no permission, a full disk; ``k8s install-hook``: the
+#: library's directory is a link)
 CANT_CREATE = 73
 #: EX_TEMPFAIL: ``move`` waits for a side or the host; a lock or a
 #: concurrent writer: run the same command again later
@@ -60,6 +61,8 @@ BY_ERROR: Mapping[type[exception.AmdgpuVirtError], int] = {
     exception.HookTargetError: CANT_CREATE,
     exception.HookInstallBusy: WAITING,
     exception.FileInputError: NO_INPUT,
+    exception.SnapshotUnreadable: NO_INPUT,
+    exception.OutputError: CANT_CREATE,
     exception.NothingReadable: NO_INPUT,
     exception.UnsafeRoleChange: REFUSED,
     exception.ServiceUnreachable: UNREACHABLE,
@@ -91,9 +94,9 @@ TABLE = (
     (UNREACHABLE, 'Placement, Nova or the Kubernetes API cannot be '
                   'reached; nothing was changed'),
     (SOFTWARE, 'internal error (a bug; --debug prints the traceback)'),
-    (CANT_CREATE, 'an output file cannot be created (install-hook: the '
-                  'target directory is missing, a link, read-only or '
-                  'full)'),
+    (CANT_CREATE, 'an output file or directory cannot be written (a '
+                  'missing parent, no permission, a full disk; '
+                  'install-hook: the target directory is a link)'),
     (WAITING, 'waiting (move) or busy: run the same command again later'),
     (PROTOCOL, 'an API answered with an error'),
     (CONFIG, 'a configuration option or file is wrong'),

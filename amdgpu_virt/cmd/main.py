@@ -15,19 +15,25 @@ naming the option.
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
+import logging
 import sys
 from collections.abc import Sequence
 from typing import Any
 
 from cliff import app
 from cliff import commandmanager
+from cliff import display
 from cliff import help
 from oslo_config import cfg
 
 from amdgpu_virt import conf as av_conf
 from amdgpu_virt import exception
+from amdgpu_virt import fileutil
 from amdgpu_virt.cmd import exitcodes
 from amdgpu_virt.conf import opts as av_conf_opts
+
+LOG = logging.getLogger(__name__)
 
 DESCRIPTION = """\
 Share AMD Instinct GPUs across OpenStack Nova and Kubernetes: discover GPUs,
@@ -44,13 +50,40 @@ def _version() -> str:
         return 'unknown'
 
 
+class CommandManager(commandmanager.CommandManager):
+    """cliff's command manager, recording the commands' entry points
+    without importing them: only the command that runs is imported
+    (cliff's own imports every command module at start, and with them the
+    OpenStack and Kubernetes client libraries)."""
+
+    def load_commands(self, namespace: str) -> None:
+        self.group_list.append(namespace)
+        for entry in sorted(importlib.metadata.entry_points(group=namespace),
+                            key=lambda e: (e.name, e.value)):
+            name = (entry.name.replace('_', ' ') if self.convert_underscores
+                    else entry.name)
+            if name in self.commands:
+                LOG.warning('command %r is defined twice (%s and %s); the '
+                            'first is used', name, self.commands[name].value,
+                            entry.value)
+                continue
+            self.commands[name] = entry
+
+
+class _StartupError(Exception):
+    """A project error before any command ran, printed as the others."""
+
+    def __str__(self) -> str:
+        return 'error: %s' % self.args[0]
+
+
 class AmdgpuVirtApp(app.App):
     """The ``amdgpu-virt`` application; holds the parsed configuration."""
 
     def __init__(self) -> None:
         super().__init__(
             description=DESCRIPTION, version=_version(),
-            command_manager=commandmanager.CommandManager('amdgpu_virt.cli'),
+            command_manager=CommandManager('amdgpu_virt.cli'),
             deferred_help=True)
         self.conf: cfg.ConfigOpts | None = None
         #: what stopped initialize_app (cliff prints it and returns 1)
@@ -73,6 +106,8 @@ class AmdgpuVirtApp(app.App):
 
     def initialize_app(self, argv: list[str]) -> None:
         try:
+            for path in self.options.config_file:
+                check_config_file(path)
             try:
                 self.conf = av_conf.new_conf(
                     default_config_files=self.options.config_file)
@@ -82,6 +117,10 @@ class AmdgpuVirtApp(app.App):
             check_values(self.conf, self.options.config_file)
         except Exception as err:
             self.startup_error = err
+            if isinstance(err, exception.AmdgpuVirtError):
+                # cliff prints what it catches here as it is: say "error:"
+                # as every command's error line does
+                raise _StartupError(err) from err
             raise
 
     def interact(self) -> None:
@@ -93,8 +132,38 @@ class AmdgpuVirtApp(app.App):
         """
         self.run_subcommand(['help'])
 
+    def configure_logging(self) -> None:
+        """cliff's handlers (stderr by ``-v``/``-q``, ``--log-file``), with
+        the root logger no lower than the lowest of them: cliff sets it to
+        DEBUG, which makes every library build debug records nobody
+        prints."""
+        root = logging.getLogger()
+        level, before = root.level, list(root.handlers)
+        super().configure_logging()
+        added = [h for h in root.handlers if h not in before]
+        self._logging = (level, added)
+        if added:
+            root.setLevel(min(h.level or logging.DEBUG for h in added))
+
     def run(self, argv: list[str]) -> int:
-        """cliff's run, with every outcome mapped to the status table."""
+        """cliff's run, with every outcome mapped to the status table.
+
+        The logging set up for the run is taken down after it, so a
+        process that runs commands in turn (a test, an embedding tool)
+        keeps its own logging and does not collect handlers.
+        """
+        try:
+            return self._run(argv)
+        finally:
+            level, added = getattr(self, '_logging', (None, []))
+            root = logging.getLogger()
+            for handler in added:
+                root.removeHandler(handler)
+                handler.close()
+            if level is not None:
+                root.setLevel(level)
+
+    def _run(self, argv: list[str]) -> int:
         try:
             result = super().run(argv)
         except SystemExit as stop:
@@ -126,6 +195,8 @@ class AmdgpuVirtApp(app.App):
         every command)."""
         run = cmd.run
         name = getattr(cmd, 'cmd_name', None) or type(cmd).__name__
+        if isinstance(cmd, display.DisplayCommandBase):
+            strict_columns(cmd)
 
         def guarded(parsed_args: argparse.Namespace) -> int:
             try:
@@ -156,6 +227,47 @@ class AmdgpuVirtApp(app.App):
         if self.conf is None:
             self.conf = av_conf.new_conf()
         return self.conf
+
+
+def strict_columns(cmd: display.DisplayCommandBase) -> None:
+    """Make ``-c COLUMN`` naming no column of ``cmd`` a usage error.
+
+    cliff drops unknown names silently while one name is known, and raises
+    a ``ValueError`` (an internal error) when none is.
+    """
+    generate = cmd._generate_columns_and_selector
+
+    def checked(parsed_args: argparse.Namespace,
+                column_names: Sequence[str]) -> Any:
+        known = {cmd._normalize_column_name(c): c for c in column_names}
+        unknown = [c for c in parsed_args.columns or ()
+                   if cmd._normalize_column_name(c) not in known]
+        if unknown:
+            raise exception.UsageError(
+                option='-c/--column', reason='no column %s; the columns are '
+                '%s' % (', '.join(repr(c) for c in unknown),
+                        ', '.join(column_names)))
+        return generate(parsed_args, column_names)
+
+    cmd._generate_columns_and_selector = checked  # type: ignore[method-assign]
+
+
+def check_config_file(path: str) -> None:
+    """Refuse a ``--config-file`` oslo.config would hang on or fail to
+    decode: only a regular file of UTF-8 text (bounded) is read.
+
+    :raises ConfigError: naming the file and what is wrong with it (a
+        missing file is left to oslo.config, which says so).
+    """
+    try:
+        data = fileutil.read_bytes(path, 'configuration file')
+        fileutil.decode_text(data, path, 'configuration file')
+    except FileNotFoundError:
+        return
+    except exception.FileInputError as err:
+        raise exception.ConfigError(
+            option='--config-file %s' % path,
+            reason=err.kwargs.get('reason', str(err))) from None
 
 
 def check_values(conf: cfg.ConfigOpts, files: Sequence[str]) -> None:

@@ -53,7 +53,8 @@ def target(old: av_ledger.GpuAssignment, args: argparse.Namespace,
         value = getattr(args, option)
         if value is not None:
             raw[option] = value
-    data = {'hosts': {old.host: {'gpus': [raw]}}}
+    data = {'version': av_ledger.LEDGER_VERSION,
+            'hosts': {old.host: {'gpus': [raw]}}}
     (new,) = av_ledger.from_dict(data, source='%s (--to %s)' % (
         source, args.to)).assignments
     return new

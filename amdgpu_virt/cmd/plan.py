@@ -20,6 +20,7 @@ from amdgpu_virt import data
 from amdgpu_virt import exception
 from amdgpu_virt import fileutil
 from amdgpu_virt import yamlutil
+from amdgpu_virt.cmd import progress as cmd_progress
 from amdgpu_virt.cmd import running as cmd_running
 from amdgpu_virt.cmd import sources as cmd_sources
 from amdgpu_virt.inventory import sources
@@ -44,6 +45,7 @@ SUMMARY_COLUMNS = ('Field', 'Value')
 
 def _add_inputs(parser: argparse.ArgumentParser) -> None:
     cmd_sources.add_arguments(parser)
+    cmd_progress.add_arguments(parser)
     parser.add_argument(
         '--workloads', metavar='FILE',
         help='workload file: YAML with a "workloads" list (see the '
@@ -59,7 +61,9 @@ def _add_inputs(parser: argparse.ArgumentParser) -> None:
 
 def make_plan(conf: Any, args: argparse.Namespace,
               app: Any = None,
-              warnings: list[str] | None = None) -> av_result.Plan:
+              warnings: list[str] | None = None,
+              progress: av_planner.Progress | None = None
+              ) -> av_result.Plan:
     """Load the inputs named in ``args`` and plan.
 
     :param app: the running application (for ``--sysfs-root`` and
@@ -67,9 +71,13 @@ def make_plan(conf: Any, args: argparse.Namespace,
     :param warnings: gets what was odd in the inputs (snapshot files
         skipped, inventory warnings of snapshots and live hosts, live
         state), one sentence each.
+    :param progress: told each step (reading the inputs, then the
+        planner's steps).
     :raises AmdgpuVirtError: an input is invalid (naming it).
     """
     notes: list[str] = [] if warnings is None else warnings
+    step = progress or (lambda *_args: None)
+    step('reading hosts', 0, 0)
     if app is not None:
         inventories = cmd_sources.inventories(app, args)
     else:
@@ -77,6 +85,7 @@ def make_plan(conf: Any, args: argparse.Namespace,
     hosts = inventories.every()
     notes.extend(inventories.warnings(hosts))
     path = args.workloads or data.path(SAMPLE_WORKLOADS)
+    step('reading workloads', 0, 0)
     invalid: list[Any] = []
     if getattr(args, 'skip_invalid', False):
         workloads, invalid = av_workload.load_workloads_lenient(path)
@@ -97,6 +106,7 @@ def make_plan(conf: Any, args: argparse.Namespace,
             notes.append('the %d placements of --ledger %s are not used: '
                          'the running placements come from --running-from'
                          % (len(existing), args.ledger))
+        step('reading what runs', 0, 0)
         live = cmd_running.read(app, args, hosts, ledger)
         notes.extend(live.messages)
         ledger, existing = live.running.ledger, list(
@@ -105,7 +115,7 @@ def make_plan(conf: Any, args: argparse.Namespace,
         running = {d.workload for d in existing}
         workloads = [w for w in workloads if w.name not in running]
     return av_planner.plan(conf, hosts, workloads, ledger, existing,
-                           invalid)
+                           invalid, progress)
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
@@ -321,13 +331,21 @@ class Plan(lister.Lister):
             # Refuse a bad name before planning and printing, not after.
             check_chart_name(parsed_args.chart)
         self._warnings: list[str] = []
-        plan = make_plan(self.app.get_conf(),  # type: ignore[attr-defined]
-                         parsed_args, self.app, self._warnings)
-        if parsed_args.output_ledger:
-            fileutil.write_if_changed(parsed_args.output_ledger,
-                                      yamlutil.dump(plan.state_dict()))
-        if parsed_args.chart:
-            write_chart(plan, parsed_args.chart)
+        report = cmd_progress.reporter(self.app, parsed_args, 'plan')
+        try:
+            plan = make_plan(
+                self.app.get_conf(),  # type: ignore[attr-defined]
+                parsed_args, self.app, self._warnings, report)
+            if parsed_args.output_ledger or parsed_args.chart:
+                (report or (lambda *_a: None))('writing', 0, 0)
+            if parsed_args.output_ledger:
+                fileutil.write_if_changed(parsed_args.output_ledger,
+                                          yamlutil.dump(plan.state_dict()))
+            if parsed_args.chart:
+                write_chart(plan, parsed_args.chart)
+        finally:
+            if report is not None:
+                report.close()
         self._plan = plan
         if part == 'workloads':
             return WORKLOAD_COLUMNS, workload_rows(plan)
@@ -389,8 +407,14 @@ class Explain(command.Command):
 
     def take_action(self, parsed_args: argparse.Namespace) -> int:
         warnings: list[str] = []
-        plan = make_plan(self.app.get_conf(),  # type: ignore[attr-defined]
-                         parsed_args, self.app, warnings)
+        report = cmd_progress.reporter(self.app, parsed_args, 'explain')
+        try:
+            plan = make_plan(
+                self.app.get_conf(),  # type: ignore[attr-defined]
+                parsed_args, self.app, warnings, report)
+        finally:
+            if report is not None:
+                report.close()
         for warning in warnings:
             self.app.stderr.write('warning: %s\n' % warning)
         decision = plan.decision(parsed_args.workload)

@@ -84,7 +84,7 @@ def location(app: Any) -> Any:
     return ledgermap.Location.from_conf(av_main.app_conf(app))
 
 
-def _add_side_args(parser: argparse.ArgumentParser) -> None:
+def add_side_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument('--no-nova', action='store_true',
                         help='the deployment has no Nova side: do not ask '
                              'Placement')
@@ -257,6 +257,30 @@ def collect(app: Any, ledger: av_ledger.Ledger,
     return observations, warnings
 
 
+def write_document(out: Any, formatter: str, document: Mapping[str, Any],
+                   sort_keys: bool = False) -> None:
+    """``document`` as indented JSON (``formatter`` json) or YAML."""
+    out.write(json.dumps(document, indent=2, sort_keys=sort_keys) + '\n'
+              if formatter == 'json' else yamlutil.dump(document))
+
+
+class AuditOutcome:
+    """The exit status of a command that reports the audit's findings
+    (``audit``, ``status``): 1 on a conflict, 3 on drift alone, else 0;
+    set :attr:`conflicts` and :attr:`drift` in ``take_action``."""
+
+    conflicts = False
+    drift = False
+
+    def run(self, parsed_args: argparse.Namespace) -> int:
+        result = int(super().run(parsed_args))  # type: ignore[misc]
+        if result:
+            return result
+        if self.conflicts:
+            return EXIT_REFUSED
+        return EXIT_DRIFT if self.drift else EXIT_OK
+
+
 AUDIT_COLUMNS = ('Host', 'GPU', 'Severity', 'Finding', 'Detail')
 SEVERITIES = ('info', 'drift', 'conflict')
 
@@ -275,7 +299,7 @@ def audit_summary(report: crossaudit.AuditReport,
                 counts['info']))
 
 
-class Audit(lister.Lister):
+class Audit(AuditOutcome, lister.Lister):
     """Check that no GPU is offered or used by both clouds.
 
     Compares the ledger, the hosts' inventories, Placement (Nova) and the
@@ -293,15 +317,12 @@ class Audit(lister.Lister):
     input, 70 internal, 76 API error, 78 configuration).
     """
 
-    conflicts = False
-    drift = False
-
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser = super().get_parser(prog_name)
         parser.add_argument('--ledger', metavar='FILE', required=True,
                             help='the role ledger (YAML)')
         cmd_sources.add_arguments(parser)
-        _add_side_args(parser)
+        add_side_args(parser)
         parser.add_argument('--min-severity', default='info',
                             choices=SEVERITIES,
                             help='list only findings at least this severe '
@@ -344,9 +365,8 @@ class Audit(lister.Lister):
             document = self.report.to_dict()
             document['sides'] = list(self.sides)
             document['warnings'] = self.warnings
-            out.write(json.dumps(document, indent=2, sort_keys=True) + '\n'
-                      if parsed_args.formatter == 'json'
-                      else yamlutil.dump(document))
+            write_document(out, parsed_args.formatter, document,
+                           sort_keys=True)
             return 0
         rows = list(data)
         if rows or parsed_args.formatter != 'table':
@@ -356,11 +376,3 @@ class Audit(lister.Lister):
         (out if parsed_args.formatter == 'table'
          else self.app.stderr).write(summary)
         return 0
-
-    def run(self, parsed_args: argparse.Namespace) -> int:
-        result = super().run(parsed_args)
-        if result:
-            return result
-        if self.conflicts:
-            return EXIT_REFUSED
-        return EXIT_DRIFT if self.drift else EXIT_OK

@@ -97,8 +97,15 @@ def read(app: Any, args: argparse.Namespace, hosts: Sequence[HostInventory],
     :raises KubernetesError, PlacementError: a cloud cannot be read.
     :raises PlanError: the ledger does not match the inventories.
     """
+    return read_sources(app, sources_of(args), hosts, ledger)
+
+
+def read_sources(app: Any, chosen: Sequence[str],
+                 hosts: Sequence[HostInventory],
+                 ledger: av_ledger.Ledger | None) -> Live:
+    """The running placements of the sources ``chosen`` (:data:`K8S`,
+    :data:`PLACEMENT`); see :func:`read`."""
     conf = av_main.app_conf(app)
-    chosen = sources_of(args)
     holdings: list[running.Holding] = []
     unhealthy: dict[tuple[str, str], str] = {}
     notes: list[str] = []

@@ -22,6 +22,21 @@ from amdgpu_virt.inventory import simulate
 TREE_DIRS = ('bus', 'class', 'devices', 'kernel', 'module')
 
 
+def _gpu_count(value: str) -> int:
+    """``--gpus``: an integer in 1..MAX_GPUS (checked before anything is
+    built from it)."""
+    try:
+        count = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            '%r is not an integer' % value[:40]) from None
+    if not 1 <= count <= simulate.MAX_GPUS:
+        raise argparse.ArgumentTypeError(
+            '%s is out of range; allowed: 1..%d' % (value[:40],
+                                                    simulate.MAX_GPUS))
+    return count
+
+
 class SimulateHost(command.Command):
     """Write a realistic sysfs tree for a simulated GPU host."""
 
@@ -32,8 +47,9 @@ class SimulateHost(command.Command):
             metavar='MODEL',
             help='GPU model (%s); default MI300X' % ', '.join(
                 catalog.names()))
-        parser.add_argument('--gpus', type=int, default=8,
-                            help='number of GPUs (1..16); default 8')
+        parser.add_argument('--gpus', type=_gpu_count, default=8,
+                            help='number of GPUs (1..%d); default 8'
+                            % simulate.MAX_GPUS)
         parser.add_argument(
             '--mode', default='spx', type=str.lower,
             choices=simulate.MODES,
@@ -75,7 +91,14 @@ class SimulateHost(command.Command):
             path = None if parsed_args.fleet == 'sample' else \
                 parsed_args.fleet
             specs = fleet.load_specs(path)
-            self._prepare(parsed_args.out, parsed_args.force)
+            for spec in specs:   # every host is possible before any is
+                fleet.design(spec, path or 'the sample fleet')
+            try:
+                self._prepare(parsed_args.out, parsed_args.force)
+            except OSError as err:
+                raise exception.OutputError(
+                    path=parsed_args.out, reason=err.strerror or str(err)
+                ) from None
             for spec in specs:
                 self._write(spec, os.path.join(parsed_args.out,
                                                spec.hostname),
@@ -114,8 +137,14 @@ class SimulateHost(command.Command):
     def _write(self, spec: simulate.HostSpec, out: str,
                legacy_xcp_names: bool, force: bool) -> None:
         inventory = simulate.design_host(spec)
-        self._prepare(out, force)
-        simulate.write_tree(inventory, out, legacy_xcp_names)
+        try:
+            self._prepare(out, force)
+            simulate.write_tree(inventory, out, legacy_xcp_names)
+        except OSError as err:
+            raise exception.OutputError(
+                path=err.filename or out,
+                reason='%s (--out %s)' % (err.strerror or err, out)
+            ) from None
         self.app.stdout.write(
             'Wrote %s: %d x %s, %d partitions, %d VFs, to %s\n' % (
                 spec.hostname, len(inventory.gpus), spec.model,

@@ -22,7 +22,46 @@ from amdgpu_virt.inventory import simulate
 from amdgpu_virt.model import HostInventory
 
 SAMPLE_FLEET = 'sample_fleet.yaml'
-_FIELDS = {f.name for f in dataclasses.fields(simulate.HostSpec)}
+_FIELDS = {f.name for f in dataclasses.fields(simulate.HostSpec)} - {
+    'off_catalog'}
+
+
+def _checked(entry: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """The fields of one host entry, each of its type and within bounds
+    (before anything is built from them).
+
+    :raises SimulationError: naming the entry and the field.
+    """
+    values = dict(entry)
+    for key, value in values.items():
+        if key in ('gpus', 'gpu_modes'):
+            continue
+        if not isinstance(value, str):
+            raise exception.SimulationError(
+                reason='%s: %s must be a string, not %r' % (
+                    where, key, value))
+    modes = values.get('gpu_modes')
+    if modes is not None:
+        if not isinstance(modes, list) or not all(
+                isinstance(m, str) for m in modes):
+            raise exception.SimulationError(
+                reason='%s: gpu_modes must be a list of modes' % where)
+        if len(modes) > simulate.MAX_GPUS:
+            raise exception.SimulationError(
+                reason='%s: gpu_modes lists %d GPUs; at most %d per host'
+                % (where, len(modes), simulate.MAX_GPUS))
+        values['gpu_modes'] = tuple(modes)
+        values.setdefault('gpus', len(modes))
+    gpus = values.get('gpus', 1)
+    if isinstance(gpus, bool) or not isinstance(gpus, int):
+        raise exception.SimulationError(
+            reason='%s: gpus must be an integer, not %s' % (
+                where, str(gpus)[:40]))
+    if not 1 <= gpus <= simulate.MAX_GPUS:
+        raise exception.SimulationError(
+            reason='%s: gpus %s is out of range; allowed: 1..%d' % (
+                where, str(gpus)[:40], simulate.MAX_GPUS))
+    return values
 
 
 def specs_from_dict(raw: Any, source: str) -> list[simulate.HostSpec]:
@@ -47,10 +86,7 @@ def specs_from_dict(raw: Any, source: str) -> list[simulate.HostSpec]:
         if 'hostname' not in entry:
             raise exception.SimulationError(reason='%s: hostname is required'
                                             % where)
-        values = dict(entry)
-        if 'gpu_modes' in values:
-            values['gpu_modes'] = tuple(values['gpu_modes'])
-            values.setdefault('gpus', len(values['gpu_modes']))
+        values = _checked(entry, where)
         spec = simulate.HostSpec(**values)
         if spec.hostname in names:
             raise exception.SimulationError(
@@ -73,14 +109,19 @@ def load_fleet(path: str | None = None) -> list[HostInventory]:
         specification is impossible (unknown model, mode, GPU count...).
     """
     path = path or data.path(SAMPLE_FLEET)
-    hosts = []
-    for spec in load_specs(path):
-        try:
-            hosts.append(simulate.design_host(spec))
-        except exception.SimulationError as err:
-            raise exception.SimulationError(reason='%s: host %s: %s' % (
-                path, spec.hostname, err.kwargs.get('reason', err))) from None
-        except exception.AmdgpuVirtError as err:
-            raise exception.SimulationError(reason='%s: host %s: %s' % (
-                path, spec.hostname, err)) from None
-    return hosts
+    return [design(spec, path) for spec in load_specs(path)]
+
+
+def design(spec: simulate.HostSpec, source: str) -> HostInventory:
+    """The inventory of one host of the fleet file ``source``.
+
+    :raises SimulationError: naming the file and the host.
+    """
+    try:
+        return simulate.design_host(spec)
+    except exception.SimulationError as err:
+        raise exception.SimulationError(reason='%s: host %s: %s' % (
+            source, spec.hostname, err.kwargs.get('reason', err))) from None
+    except exception.AmdgpuVirtError as err:
+        raise exception.SimulationError(reason='%s: host %s: %s' % (
+            source, spec.hostname, err)) from None

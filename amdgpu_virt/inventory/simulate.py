@@ -76,6 +76,9 @@ class HostSpec:
     :param mode: one of :data:`MODES` for every GPU, unless ``gpu_modes``
         gives one mode per GPU (a mixed host).
     :param nps: memory mode of the bare-metal GPUs (one per host).
+    :param off_catalog: build a GIM VF count the catalog does not list
+        for the model (a VBIOS variant), for tests of how readers cope;
+        never set from a fleet file or the command line.
     """
 
     hostname: str
@@ -85,6 +88,7 @@ class HostSpec:
     nps: str = 'nps1'
     gpu_modes: tuple[str, ...] = ()
     gim_version: str = '8.1.0.K'
+    off_catalog: bool = False
 
     def modes(self) -> tuple[str, ...]:
         if self.gpu_modes:
@@ -92,12 +96,18 @@ class HostSpec:
         return (self.mode.lower(),) * self.gpus
 
 
+def gim_modes(model: GpuModel) -> tuple[str, ...]:
+    """The ``gim-*`` modes ``model`` supports (its VF counts)."""
+    return tuple(mode for mode, count in GIM_MODES.items()
+                 if model.vf_device_id is not None
+                 and count in model.vf_counts)
+
+
 def _kinds() -> dict[str, HostSpec]:
     kinds = {}
     for model, modes in (
             ('MI300X', ('spx', 'dpx', 'dpx-nps2', 'qpx', 'qpx-nps4', 'cpx',
-                        'cpx-nps4', 'gim-spx', 'gim-dpx', 'gim-qpx',
-                        'gim-cpx', 'vfio')),
+                        'cpx-nps4', 'gim-spx', 'gim-cpx', 'vfio')),
             ('MI325X', ('spx', 'cpx-nps4', 'gim-spx')),
             ('MI308X', ('spx', 'dpx', 'cpx-nps4', 'gim-spx')),
             ('MI300A', ('spx', 'tpx', 'cpx')),
@@ -150,11 +160,17 @@ def _uid(hostname: str, address: PciAddress, part: int = 0) -> str:
 
 
 def _validate(spec: HostSpec, model: GpuModel) -> tuple[str, ...]:
-    modes = spec.modes()
-    if not 1 <= spec.gpus <= MAX_GPUS:
+    # the bounds first: modes() builds one entry per GPU
+    if isinstance(spec.gpus, bool) or not isinstance(spec.gpus, int) or \
+            not 1 <= spec.gpus <= MAX_GPUS:
         raise exception.SimulationError(
-            reason='gpus %d is out of range; allowed: 1..%d' % (
-                spec.gpus, MAX_GPUS))
+            reason='gpus %s is out of range; allowed: 1..%d' % (
+                str(spec.gpus)[:40], MAX_GPUS))
+    if len(spec.gpu_modes) > MAX_GPUS:
+        raise exception.SimulationError(
+            reason='%d per-GPU modes; at most %d GPUs per host' % (
+                len(spec.gpu_modes), MAX_GPUS))
+    modes = spec.modes()
     if len(modes) != spec.gpus:
         raise exception.SimulationError(
             reason='gpus=%d but %d per-GPU modes given' % (
@@ -172,6 +188,15 @@ def _validate(spec: HostSpec, model: GpuModel) -> tuple[str, ...]:
             raise exception.SimulationError(
                 reason='%s has no SR-IOV VFs, so mode %s is impossible'
                 % (model.name, mode))
+        if mode in GIM_MODES and not spec.off_catalog:
+            # the VF counts GIM supports on this model (the VBIOS decides)
+            try:
+                catalog.check_vf_count(model, GIM_MODES[mode])
+            except exception.InvalidPartitionMode as err:
+                raise exception.SimulationError(
+                    reason='mode %s: %s (modes: %s)' % (
+                        mode, err, ', '.join(gim_modes(model)) or 'none')
+                ) from None
         if mode in BARE_MODES and (model.compute_units is None
                                    or model.vram_mib is None):
             raise exception.SimulationError(

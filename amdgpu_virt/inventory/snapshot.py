@@ -109,17 +109,18 @@ def loads(text: str, source: str) -> HostInventory:
 def load(path: str) -> HostInventory:
     """Load the snapshot file ``path``.
 
-    :raises SnapshotError: unreadable, or not a snapshot (naming the field).
+    :raises SnapshotUnreadable: missing or unreadable.
+    :raises SnapshotError: not a snapshot (naming the field).
     """
     try:
         text = fileutil.read_text(path, 'snapshot')
     except exception.FileInputError as err:
-        raise exception.SnapshotError(
+        raise exception.SnapshotUnreadable(
             path=path, reason='cannot read: %s' % err.kwargs.get('reason')
         ) from None
     if text is None:
-        raise exception.SnapshotError(path=path,
-                                      reason='cannot read: no such file')
+        raise exception.SnapshotUnreadable(path=path,
+                                           reason='cannot read: no such file')
     return loads(text, path)
 
 

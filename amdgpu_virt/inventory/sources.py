@@ -95,10 +95,12 @@ def snapshot_path(directory: str, host: str) -> str | None:
 
 
 def _check_dir(directory: str) -> None:
+    """:raises FileInputError: ``directory`` is missing or is not one."""
     if not os.path.isdir(directory):
-        raise exception.InventoryError(
-            source='--snapshot-dir %s' % directory,
-            reason='it is not a directory')
+        raise exception.FileInputError(
+            what='--snapshot-dir', path=directory,
+            reason='it is not a directory' if os.path.exists(directory)
+            else 'no such directory')
 
 
 def snapshot_files(directory: str, skipped: list[str] | None = None
@@ -168,11 +170,28 @@ def load_snapshot_dir(directory: str, skipped: list[str] | None = None
     """Every host's inventory in ``directory``, sorted by host name.
 
     :param skipped: gets the entries that are not snapshots (see
-        :func:`snapshot_files`).
+        :func:`snapshot_files`) and, when given, the snapshot files that
+        cannot be used (unreadable, not a snapshot, of another host), one
+        sentence each naming the file and what is wrong: their hosts are
+        left out. Without it such a file stops the load, as it does when
+        no snapshot at all is usable.
     :raises AmdgpuVirtError: naming the directory or the file at fault.
     """
-    return [load_snapshot(path, host)
-            for host, path in snapshot_files(directory, skipped)]
+    hosts = []
+    first: exception.InventoryError | None = None
+    for host, path in snapshot_files(directory, skipped):
+        try:
+            hosts.append(load_snapshot(path, host))
+        except exception.InventoryError as err:
+            if skipped is None:
+                raise
+            first = first or err
+            if len(skipped) < MAX_SKIPPED:
+                skipped.append('%s: skipped, host %s left out: %s' % (
+                    path, host, err))
+    if first is not None and not hosts:
+        raise first
+    return hosts
 
 
 class LiveHost:

@@ -1,13 +1,20 @@
-"""openstacksdk connections built from the ``[nova]`` options."""
+"""openstacksdk connections built from the ``[nova]`` options.
+
+openstacksdk is imported when a connection is made (it takes a large
+share of a command's start otherwise, see bench/README.rst).
+"""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
 from typing import Any
 
-import openstack
 from oslo_config import cfg
 
 from amdgpu_virt import exception
+
+if TYPE_CHECKING:
+    import openstack
 
 #: Nova validates flavor extra specs from this microversion on.
 COMPUTE_API_VERSION = '2.86'
@@ -22,6 +29,8 @@ def connect(conf: cfg.ConfigOpts) -> openstack.connection.Connection:
 
     :raises ConfigError: neither form is configured.
     """
+    import openstack
+
     group = conf.nova
     if group.cloud:
         try:

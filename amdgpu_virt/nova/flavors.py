@@ -16,8 +16,10 @@ Flavors are defined in a YAML file (``[nova] flavors_file``)::
 
 Each becomes ``pci_passthrough:alias=<alias>:<count>``,
 ``hw:pci_numa_affinity_policy=<policy>`` and, with ``isolate: true`` (several
-VFs that must come from different GPUs), ``group_policy=isolate``
-(``group_policy=none`` for a ``gpus`` flavor without it).
+VFs that must come from different GPUs), ``group_policy=isolate``; any
+other flavor of more than one device gets ``group_policy=none`` (Nova makes
+one request group per device and warns at every scheduling of a flavor
+with several groups and no policy).
 
 ``gpus`` (a count N for GPUs 0..N-1, or a list of GPU indexes) asks
 ``count / N`` devices of each of those GPUs through their per-GPU aliases
@@ -44,8 +46,6 @@ import dataclasses
 import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
-
-from openstack import exceptions as sdk_exceptions
 
 from amdgpu_virt import exception
 from amdgpu_virt import yamlutil
@@ -103,8 +103,10 @@ class FlavorSpec:
         specs[NUMA_KEY] = self.numa_policy
         if self.isolate:
             specs[GROUP_POLICY_KEY] = 'isolate'
-        elif self.gpus and self.count > 1:
-            # several groups per flavor: say so (Nova warns otherwise)
+        elif self.count > 1:
+            # Nova makes one request group per device: with more than one
+            # and no policy it warns at every scheduling (and Placement
+            # would refuse the query); ``none`` lets devices share a GPU
             specs[GROUP_POLICY_KEY] = 'none'
         return specs
 
@@ -335,6 +337,9 @@ def sync_one(compute: Any, spec: FlavorSpec,
 def sync(compute: Any, specs: Iterable[FlavorSpec],
          replace: bool = False) -> tuple[FlavorChange, ...]:
     """Create or update every flavor; a converged cloud gets no write."""
+    # imported here: openstacksdk is heavy, and rendering needs none of it
+    from openstack import exceptions as sdk_exceptions
+
     changes = []
     for spec in specs:
         try:

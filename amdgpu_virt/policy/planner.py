@@ -21,7 +21,7 @@ by :mod:`.report`.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from oslo_config import cfg
@@ -57,6 +57,13 @@ from amdgpu_virt.sharing import packing
 
 LOG = logging.getLogger(__name__)
 _REFERENCE_MODEL = catalog.by_name('MI300X')
+
+#: Told how far a plan got: (step, done, total); ``total`` 0 for a step
+#: whose size is not known. Steps: ``placing workloads``, ``improving``,
+#: ``bounding``, ``reporting``.
+Progress = Callable[[str, int, int], None]
+#: workloads placed between two calls of the progress callback
+PROGRESS_EVERY = 1000
 
 
 class Planner(CandidateSearch):
@@ -263,8 +270,8 @@ class Planner(CandidateSearch):
         return text
 
     def plan(self, workloads: Sequence[Workload],
-             invalid: Sequence[tuple[str, exception.WorkloadSpecError]] = ()
-             ) -> Plan:
+             invalid: Sequence[tuple[str, exception.WorkloadSpecError]] = (),
+             progress: Progress | None = None) -> Plan:
         """Place ``workloads`` (new ones; running ones came in ``existing``).
 
         The cyclic garbage collector is paused while the plan is made, as
@@ -274,14 +281,17 @@ class Planner(CandidateSearch):
 
         :param invalid: specifications that failed validation, reported
             with code ``invalid`` and every problem in the trail.
+        :param progress: told how far the plan got, every
+            :data:`PROGRESS_EVERY` workloads and at each step.
         :raises PlanError: a workload name is used twice or is running.
         """
         with collector.paused():
-            return self._plan(workloads, invalid)
+            return self._plan(workloads, invalid,
+                              progress or (lambda *_args: None))
 
     def _plan(self, workloads: Sequence[Workload],
-              invalid: Sequence[tuple[str, exception.WorkloadSpecError]]
-              ) -> Plan:
+              invalid: Sequence[tuple[str, exception.WorkloadSpecError]],
+              progress: Progress) -> Plan:
         names = {d.workload for d in self.existing}
         for w in workloads:
             if w.name in names:
@@ -305,10 +315,16 @@ class Planner(CandidateSearch):
                 (shape, weight) for shape, weight in counts.values())
         decided: dict[str, Decision] = {}
         ordered = self.order(workloads)
-        for w in ordered:
+        total = len(ordered)
+        progress('placing workloads', 0, total)
+        for count, w in enumerate(ordered, 1):
             decided[w.name] = self.place(w)
+            if count % PROGRESS_EVERY == 0:
+                progress('placing workloads', count, total)
+        progress('placing workloads', total, total)
         seconds = float(self.conf.policy.improve_seconds)
         if seconds > 0:
+            progress('improving', 0, 0)
             moves = improve.improve(self, decided, ordered, seconds,
                                     int(self.conf.policy.improve_tries))
             LOG.debug('improvement pass: %d moves', moves)
@@ -319,9 +335,12 @@ class Planner(CandidateSearch):
             for name, err in invalid)
         LOG.debug('planned %d workloads on %d GPUs', len(workloads),
                   len(self.gpus))
+        progress('bounding', 0, 0)
+        bound = self.bound(workloads)
+        progress('reporting', 0, 0)
         return Plan(report.ledger_of(self), decisions,
-                    report.gpu_reports(self, decisions),
-                    self.bound(workloads), tuple(workloads))
+                    report.gpu_reports(self, decisions), bound,
+                    tuple(workloads))
 
     def bound(self, workloads: Sequence[Workload]) -> Bound:
         """Upper bounds by capacity alone (see :mod:`.bound`)."""
@@ -343,7 +362,8 @@ def plan(conf: cfg.ConfigOpts, hosts: Sequence[HostInventory],
          workloads: Sequence[Workload],
          ledger: av_ledger.Ledger | None = None,
          existing: Sequence[Decision] = (),
-         invalid: Sequence[tuple[str, exception.WorkloadSpecError]] = ()
-         ) -> Plan:
+         invalid: Sequence[tuple[str, exception.WorkloadSpecError]] = (),
+         progress: Progress | None = None) -> Plan:
     """Plan ``workloads`` on ``hosts`` (see :class:`Planner`)."""
-    return Planner(conf, hosts, ledger, existing).plan(workloads, invalid)
+    return Planner(conf, hosts, ledger, existing).plan(workloads, invalid,
+                                                       progress)

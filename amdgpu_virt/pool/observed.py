@@ -40,3 +40,26 @@ class SideObservation:
     @property
     def in_use(self) -> bool:
         return bool(self.consumers)
+
+
+#: health and enforcement a node did not report
+UNKNOWN = 'unknown'
+HEALTHY = 'healthy'
+UNHEALTHY = 'unhealthy'
+
+
+@dataclasses.dataclass(frozen=True)
+class NodeFacts:
+    """What a node says about one of its GPUs in its registration.
+
+    :param health: :data:`HEALTHY`, :data:`UNHEALTHY` (an entry of the GPU
+        registered ``health: false``) or :data:`UNKNOWN`.
+    :param reason: why it is unhealthy, as the node wrote it (node input:
+        free text, shown escaped, never interpreted).
+    :param enforcement: how the node enforces a slice's memory
+        (``kernel``, ``hook``, ``kernel+hook``, ``none``) or :data:`UNKNOWN`.
+    """
+
+    health: str = UNKNOWN
+    reason: str = ''
+    enforcement: str = UNKNOWN

@@ -100,8 +100,9 @@ NODE_LOCK_TIMEOUT = datetime.timedelta(minutes=5)
 #: Key of ``custominfo`` with the CUs allocated together (RDNA WGPs).
 CUSTOMINFO_CU_PER_WGP = 'cuPerWGP'
 CUSTOMINFO_PCI_BDF = 'pciBDF'
-#: Key of ``custominfo`` with why a device registered ``health: false``
-#: (short text; amdgpu-virt's own, HAMi ignores unknown keys).
+#: Key of ``custominfo`` (ours, not HAMi's; HAMi ignores unknown keys)
+#: with why a device registered ``health: false`` is unhealthy, as the
+#: node agent saw it (node input: short free text).
 CUSTOMINFO_HEALTH_REASON = 'healthReason'
 
 

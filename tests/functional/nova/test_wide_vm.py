@@ -14,10 +14,12 @@ in ``bench/nova_wide.py``, not here).
 
 from __future__ import annotations
 
+import logging
 import time
 import unittest
 import uuid
 
+import fixtures
 import testtools
 
 from tests.functional.fixtures import nova_env
@@ -118,3 +120,21 @@ class TestWideVm(testtools.TestCase):
         _params, body, elapsed = self.candidates(_flavor(72, gpus=8))
         self.assertEqual([], body['allocation_requests'])
         self.assertLess(elapsed, BOUND_S)
+
+    def test_several_devices_of_a_plain_alias_name_a_group_policy(self):
+        # Nova's scheduler warns at every scheduling of a flavor whose
+        # request groups number two or more without a group policy
+        # (nova.scheduler.utils.resources_from_request_spec)
+        logger = self.useFixture(fixtures.FakeLogger(
+            name='nova.scheduler.utils', level=logging.WARNING))
+        for spec in (_flavor(2), _flavor(4), _flavor(16, gpus=8)):
+            params, body, _elapsed = self.candidates(spec)
+            self.assertEqual(spec.count, len(novaquery.request_groups(
+                params)))
+            self.assertIn(('group_policy', 'none'), params, spec.name)
+            self.assertTrue(body['allocation_requests'], spec.name)
+        self.assertNotIn('group policy', logger.output)
+        # one device: one group, no policy needed, none written
+        params, _body, _elapsed = self.candidates(_flavor(1))
+        self.assertNotIn('group_policy', dict(params))
+        self.assertNotIn('group policy', logger.output)

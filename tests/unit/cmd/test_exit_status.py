@@ -30,6 +30,14 @@ target.Inventory.take_action = take_action
 '''
 
 
+_LEDGER = """version: 1
+hosts:
+  h:
+    gpus:
+      - {address: "0000:05:00.0", model: MI300X, role: idle}
+"""
+
+
 class TestTable(testtools.TestCase):
 
     def test_every_project_error_has_its_status(self):
@@ -120,7 +128,7 @@ class TestConsoleScript(testtools.TestCase):
                          '--ledger', 'l.yaml', '--gpu', 'h:0000:05:00.0',
                          '--to', 'nova-vf', '--vf-count', 'many')
         self.assertFails(64, '--gpu nohost', 'move', '--ledger',
-                         self.path('l.yaml', 'version: 1\nhosts: {}\n'),
+                         self.path('l.yaml', _LEDGER),
                          '--gpu', 'nohost', '--to', 'idle')
         self.assertFails(64, '--part gpus, workloads or summary', 'plan',
                          '-f', 'csv')
@@ -141,6 +149,58 @@ class TestConsoleScript(testtools.TestCase):
         self.assertFails(65, bad, 'plan', '--fleet', bad)
         self.assertFails(66, 'No AMD GPU could be read', 'inventory',
                          '--sysfs-root', os.path.join(self.tmp, 'empty'))
+
+    def test_an_unknown_column_is_a_usage_error(self):
+        err = self.assertFails(64, "no column 'Nope'", 'plan', '--part',
+                               'gpus', '-c', 'Nope')
+        self.assertIn('Host, Address', err)
+        # one known name does not hide an unknown one
+        self.assertFails(64, "no column 'Nope'", 'plan', '--part', 'gpus',
+                         '-c', 'Host', '-c', 'Nope')
+        rc, out, _err = self.run_script('plan', '--part', 'gpus', '-c',
+                                        'host', '-f', 'value')
+        self.assertEqual(0, rc)
+        self.assertIn('gim-0', out)
+
+    def test_an_unwritable_output_exits_73(self):
+        blocker = self.path('file', 'x')
+        self.assertFails(73, 'cannot write %s' % os.path.join(blocker, 'x'),
+                         'simulate-host', '--out',
+                         os.path.join(blocker, 'x'))
+        self.assertFails(73, 'cannot write', 'plan', '--output-ledger',
+                         os.path.join(blocker, 'ledger.yaml'))
+        self.assertFails(73, 'cannot write %s' % self.tmp, 'plan',
+                         '--output-ledger', self.tmp)
+        self.assertFails(73, 'cannot write', 'plan', '--chart',
+                         os.path.join(blocker, 'chart.svg'))
+
+    def test_a_config_file_that_is_no_text_file_exits_78_at_once(self):
+        binary = os.path.join(self.tmp, 'binary.conf')
+        with open(binary, 'wb') as handle:
+            handle.write(b'\xc3\x28[DEFAULT]\x00\xff')
+        err = self.assertFails(78, binary, '--config-file', binary, 'plan')
+        self.assertIn('error: ', err)
+        self.assertIn('not UTF-8', err)
+        fifo = os.path.join(self.tmp, 'fifo.conf')
+        os.mkfifo(fifo)
+        # oslo.config would open the FIFO and wait for a writer for ever
+        done = subprocess.run([self.script, '--config-file', fifo, 'plan'],
+                              capture_output=True, text=True, timeout=60,
+                              cwd=self.tmp, stdin=subprocess.DEVNULL)
+        self.assertEqual(78, done.returncode, done.stderr)
+        self.assertIn('%s: it is a FIFO' % fifo, done.stderr)
+        self.assertFails(78, '/dev/zero', '--config-file', '/dev/zero',
+                         'plan')
+
+    def test_missing_snapshots_exit_66(self):
+        missing = os.path.join(self.tmp, 'nowhere')
+        self.assertFails(66, 'cannot read --snapshot-dir %s: no such '
+                         'directory' % missing, 'plan', '--snapshot-dir',
+                         missing)
+        self.assertFails(66, 'it is not a directory', 'plan',
+                         '--snapshot-dir', self.path('plain', 'x'))
+        self.assertFails(66, missing, 'inventory', '--driver', 'snapshot',
+                         '--snapshot', missing)
 
     def test_an_internal_error_exits_70_with_a_traceback_only_in_debug(self):
         site = os.path.join(self.tmp, 'site')

@@ -54,6 +54,40 @@ class TestSimulateHost(CliTestCase):
         self.assertEqual(expected.gpus,
                          inv_fixtures.SimulatedHost.scan_root(out).gpus)
 
+    def test_gpu_counts_out_of_range_are_usage_errors(self):
+        out = os.path.join(self.tmp, 'host')
+        for count in ('99999999999', '0', '17', 'many'):
+            status, _stdout, stderr = self.run_cli(
+                'simulate-host', '--out', out, '--gpus', count)
+            self.assertEqual(64, status, stderr)
+            self.assertIn('argument --gpus', stderr)
+        self.assertFalse(os.path.exists(out))
+
+    def test_hardware_the_catalog_lacks_is_refused(self):
+        out = os.path.join(self.tmp, 'host')
+        for model, mode in (('MI300X', 'gim-qpx'), ('MI300X', 'gim-dpx'),
+                            ('MI210', 'gim-cpx'), ('MI325X', 'gim-cpx')):
+            status, _stdout, _err = self.run_cli(
+                'simulate-host', '--out', out, '--model', model,
+                '--mode', mode)
+            self.assertEqual(65, status, (model, mode))
+            self.assertIn('%s does not support VF count' % model,
+                          self.logger.output)
+            self.assertFalse(os.path.exists(out))
+        self.simulate('--model', 'MI355X', '--mode', 'gim-dpx')
+
+    def test_a_fleet_with_an_impossible_host_writes_nothing(self):
+        fleet = os.path.join(self.tmp, 'fleet.yaml')
+        with open(fleet, 'w') as handle:
+            handle.write('hosts:\n  - {hostname: a, gpus: 1}\n'
+                         '  - {hostname: b, mode: gim-qpx}\n')
+        out = os.path.join(self.tmp, 'fleet')
+        status, _stdout, _err = self.run_cli(
+            'simulate-host', '--out', out, '--fleet', fleet)
+        self.assertEqual(65, status)
+        self.assertIn('host b: mode gim-qpx', self.logger.output)
+        self.assertFalse(os.path.exists(out))
+
     def test_gpu_modes_and_nps(self):
         out, stdout = self.simulate('--gpu-modes', 'cpx,gim-cpx,qpx',
                                     '--nps', 'nps4')
@@ -138,7 +172,8 @@ class TestInventory(CliTestCase):
         self.assertEqual(scanned, snapshot.loads(again, 'again'))
 
     def test_yaml_document(self):
-        out, _stdout = self.simulate('--gpus', '1', '--mode', 'gim-dpx')
+        out, _stdout = self.simulate('--gpus', '1', '--mode', 'gim-dpx',
+                                      '--model', 'MI355X')
         status, stdout, _err = self.run_cli(
             'inventory', '--sysfs-root', out, '-f', 'yaml')
         self.assertEqual(0, status)

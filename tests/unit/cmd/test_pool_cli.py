@@ -127,7 +127,9 @@ class TestMoveArguments(testtools.TestCase):
     def test_move_of_a_gpu_not_in_the_ledger(self):
         tmp = self.useFixture(fixtures.TempDir()).path
         path = os.path.join(tmp, 'l.yaml')
-        ledger.save(ledger.build([]), path)
+        ledger.save(ledger.build([ledger.GpuAssignment(
+            'gim-1', PciAddress.parse('0000:05:00.0'), Role.IDLE,
+            'MI300X')]), path)
         rc, _o, stderr = run_cli('move', '--ledger', path, '--gpu',
                                  'gim-0:0000:05:00.0', '--to', 'idle',
                                  '--state-dir', tmp)
@@ -201,7 +203,7 @@ class TestSnapshotDir(testtools.TestCase):
         missing = os.path.join(self.useFixture(fixtures.TempDir()).path,
                                'nope')
         source = sources.Source(snapshot_dir=missing)
-        err = self.assertRaises(exception.InventoryError,
+        err = self.assertRaises(exception.FileInputError,
                                 sources.Inventories(source).all, ['gim-0'])
         self.assertIn('--snapshot-dir %s' % missing, str(err))
-        self.assertIn('not a directory', str(err))
+        self.assertIn('no such directory', str(err))

@@ -80,6 +80,38 @@ class TestPlanFromSnapshots(base.CliTestCase):
         self.assertIn('warning: %s: skipped' % os.path.join(
             directory, 'README.txt'), err)
 
+    def test_a_bad_snapshot_is_skipped_with_a_warning(self):
+        directory = self.snapshots()
+        truncated = os.path.join(directory, 'gim-1.json')
+        with open(truncated) as f:
+            text = f.read()
+        with open(truncated, 'w') as f:
+            f.write(text[:len(text) // 2])
+        other = os.path.join(directory, 'bm-1.json')
+        with open(other) as f:
+            text = f.read()
+        with open(other, 'w') as f:   # a snapshot of another host
+            f.write(text.replace('"hostname": "bm-1"',
+                                 '"hostname": "bm-9"'))
+        result = self.plan('--snapshot-dir', directory)
+        hosts = {g['host'] for g in result['gpus']}
+        self.assertEqual({'gim-0', 'bm-0', 'mi210-0'}, hosts)
+        skipped = [w for w in result['warnings'] if 'skipped' in w]
+        self.assertEqual(2, len(skipped), result['warnings'])
+        self.assertIn('%s: skipped, host bm-1 left out: ' % other,
+                      skipped[0])
+        self.assertIn('it is a snapshot of host bm-9', skipped[0])
+        self.assertIn('%s: skipped, host gim-1 left out: Snapshot %s is '
+                      'not usable' % (truncated, truncated), skipped[1])
+        self.assertGreater(result['summary']['placed'], 0)
+        # the table tells it too; a host named on purpose still fails
+        status, out, _err = self.run_cli('plan', '--snapshot-dir', directory)
+        self.assertEqual(0, status)
+        self.assertIn('host gim-1 left out', out.split('Warnings (')[1])
+        status, _out, _err = self.run_cli(
+            'nova', 'config', '--snapshot-dir', directory, '--host', 'gim-1')
+        self.assertEqual(65, status)
+
     def test_same_explanation_from_snapshots(self):
         directory = self.snapshots()
         status, by_fleet, _e = self.run_cli('explain', 'tenant-vm-1')

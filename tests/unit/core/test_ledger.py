@@ -3,6 +3,7 @@
 import os
 import tempfile
 
+import fixtures
 import testtools
 
 from amdgpu_virt import exception
@@ -128,11 +129,50 @@ class TestLedgerLoad(testtools.TestCase):
         self.assertIn('version 2 is not supported', str(err))
 
     def test_empty_ledger(self):
+        # as the ledger ConfigMap may hold (nothing offered yet); a file
+        # the operator names is refused (TestLedgerFile)
         self.assertEqual((), _load('version: 1\nhosts: {}\n').assignments)
         self.assertEqual((), _load('version: 1\nhosts:\n').assignments)
 
+    def test_a_ledger_without_a_version_is_refused(self):
+        err = self._error('hosts: {}\n')
+        self.assertIn('plan.yaml', str(err))
+        self.assertIn('no "version"', str(err))
+        err = self._error(GOOD.replace('version: 1\n', ''))
+        self.assertIn('no "version"', str(err))
+
+    def test_an_unquoted_address_names_its_entry(self):
+        # YAML 1.1 reads 0000:05:00.0 as 300.0 (base 60), 0000:25:00.0 as
+        # 1500.0; 0000:c5:00.0 stays a string
+        text = GOOD.replace('"0000:25:00.0"', '0000:25:00.0')
+        err = self._error(text)
+        self.assertIn('plan.yaml: hosts.compute-1.gpus[1]', str(err))
+        self.assertIn('1500.0 is a number', str(err))
+        self.assertIn('write it quoted', str(err))
+        err = self._error(GOOD.replace('"0000:25:00.0"', '[1]'))
+        self.assertIn('[1] is not a PCI address string', str(err))
+
+    def test_every_address_is_written_quoted(self):
+        items = _load(GOOD).assignments + (ledger.GpuAssignment(
+            'compute-1', PciAddress.parse('0000:c5:00.0'),
+            Role.IDLE, 'MI300X'),)
+        text = ledger.build(items).dumps()
+        self.assertIn("address: '0000:c5:00.0'", text)
+        self.assertIn("address: '0000:05:00.0'", text)
+        self.assertNotRegex(text, r'address: [0-9]')
+        self.assertEqual(ledger.build(items), _load(text))
+
 
 class TestLedgerFile(testtools.TestCase):
+
+    def test_a_file_that_gives_no_gpu_a_role_is_refused(self):
+        path = os.path.join(self.useFixture(fixtures.TempDir()).path,
+                            'ledger.yaml')
+        with open(path, 'w') as handle:
+            handle.write('version: 1\nhosts: {}\n')
+        err = self.assertRaises(exception.PlanError, ledger.load, path)
+        self.assertIn(path, str(err))
+        self.assertIn('gives no GPU a role', str(err))
 
     def test_missing_file_says_it_is_the_ledger(self):
         path = os.path.join(tempfile.gettempdir(), 'absent-ledger-%d.yaml'

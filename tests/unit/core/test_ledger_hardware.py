@@ -144,6 +144,6 @@ class TestLedgerEditing(testtools.TestCase):
         self.assertEqual(['l.yaml'], os.listdir(tmp))
         # A directory is created when needed; a file in the way is named.
         self.assertTrue(ledger.save(items, os.path.join(tmp, 'new', 'l.yaml')))
-        err = self.assertRaises(exception.PlanError, ledger.save, items,
+        err = self.assertRaises(exception.OutputError, ledger.save, items,
                                 os.path.join(path, 'l.yaml'))
         self.assertIn('l.yaml/l.yaml', str(err))

@@ -9,6 +9,7 @@ deploy/kubernetes/ is the chart's default rendering.
 from __future__ import annotations
 
 import base64
+import configparser
 import datetime
 import functools
 import io
@@ -16,6 +17,8 @@ import json
 import os
 import re
 import shutil
+import subprocess
+import sys
 from typing import Any
 
 import fixtures
@@ -207,6 +210,26 @@ class LintTest(testtools.TestCase):
             self.assertEqual('amdgpu-virt', meta['name'])
             self.assertEqual('v2', meta['apiVersion'])
             self.assertIsNotNone(loaded.schema)
+
+    def test_the_default_image_tag_is_the_package_release(self) -> None:
+        # the image tag defaults to appVersion: a release build (pbr,
+        # from the git tag) must be tagged exactly that, or a default
+        # install pulls a tag nothing built
+        import pbr.version
+        with helm_python.Chart.load(chart.CHART) as loaded:
+            meta = loaded.metadata
+        parser = configparser.ConfigParser()
+        parser.read(os.path.join(chart.ROOT, 'setup.cfg'))
+        planned = parser['metadata']['version']
+        installed = pbr.version.VersionInfo(
+            'amdgpu_virt').semantic_version().brief_string()
+        self.assertEqual(planned, installed)
+        self.assertEqual(planned, meta['appVersion'])
+        self.assertEqual(planned, meta['version'])
+        image = chart.find(chart.documents(), 'DaemonSet',
+                           'amdgpu-virt-node')['spec']['template']['spec'][
+            'containers'][0]['image']
+        self.assertTrue(image.endswith(':' + planned), image)
 
 
 class SchemaTest(testtools.TestCase):
@@ -402,3 +425,38 @@ class VariantTest(testtools.TestCase):
         self.assertNotIn('system:serviceaccount:amdgpu-virt:', text)
         self.assertIn('system:serviceaccount:gpu-system:amdgpu-virt-node',
                       text)
+
+
+#: makes ``import helm_python`` fail, as in an environment made by
+#: ``pip install .`` alone (sitecustomize runs before the script)
+_NO_ENGINE = '''
+import sys
+class _Block:
+    def find_spec(self, name, path=None, target=None):
+        if name == 'helm_python':
+            raise ModuleNotFoundError("No module named 'helm_python'",
+                                      name='helm_python')
+sys.meta_path.insert(0, _Block())
+'''
+
+
+class QuickStartTest(testtools.TestCase):
+
+    def test_without_the_helm_engine_the_script_says_what_it_needs(self):
+        site = self.useFixture(fixtures.TempDir()).path
+        with open(os.path.join(site, 'sitecustomize.py'), 'w') as handle:
+            handle.write(_NO_ENGINE)
+        out = self.useFixture(fixtures.TempDir()).path
+        for argv in ([], ['--check']):
+            done = subprocess.run(
+                [sys.executable, os.path.join(chart.ROOT, 'deploy',
+                                              'render_manifests.py'),
+                 '--output', out, *argv],
+                capture_output=True, text=True, timeout=120,
+                env=dict(os.environ, PYTHONPATH=site))
+            self.assertEqual(69, done.returncode, done.stderr)
+            self.assertNotIn('Traceback', done.stderr)
+            self.assertIn('pip install -r test-requirements.txt',
+                          done.stderr)
+            self.assertIn('helm-python-sdk', done.stderr)
+            self.assertEqual([], os.listdir(out))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tracemalloc
 
 import fixtures
 import testtools
@@ -41,6 +42,9 @@ class TestFleet(testtools.TestCase):
             ('hosts:\n  - {model: MI300X}', 'hosts[0]: hostname is required'),
             ('hosts:\n  - {hostname: a, colour: red}',
              'hosts[0]: unknown key(s) colour'),
+            # tests of readers may build what the catalog lacks; files not
+            ('hosts:\n  - {hostname: a, off_catalog: true}',
+             'hosts[0]: unknown key(s) off_catalog'),
             ('hosts:\n  - {hostname: a}\n  - {hostname: a}',
              'hosts[1]: host a is listed twice'),
             ('hosts:\n  - {hostname: a, hostname: b}', 'duplicate key'),
@@ -87,3 +91,55 @@ class TestFleet(testtools.TestCase):
                                     fleet.load_fleet, path)
             self.assertIn('gpus %d is out of range; allowed: 1..16' % gpus,
                           str(err))
+
+    def test_a_huge_gpu_count_is_refused_before_anything_is_built(self):
+        # it once built one mode per GPU first: 72 s and 7.9 GB for 10^9
+        path = self.write('hosts:\n  - {hostname: a, gpus: 1000000000}\n')
+        tracemalloc.start()
+        try:
+            err = self.assertRaises(exception.SimulationError,
+                                    fleet.load_fleet, path)
+            _size, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        self.assertIn('hosts[0]: gpus 1000000000 is out of range; '
+                      'allowed: 1..16', str(err))
+        self.assertLess(peak, 16 * 1024 * 1024)
+
+    def test_fields_of_the_wrong_type_name_the_field(self):
+        cases = (
+            ('{hostname: a, gpus: many}', 'gpus must be an integer'),
+            ('{hostname: a, gpus: true}', 'gpus must be an integer'),
+            ('{hostname: a, mode: [spx]}', 'mode must be a string'),
+            ('{hostname: 7}', 'hostname must be a string'),
+            ('{hostname: a, gpu_modes: spx}', 'gpu_modes must be a list'),
+            ('{hostname: a, gpu_modes: [%s]}' % ', '.join(['spx'] * 17),
+             'gpu_modes lists 17 GPUs; at most 16'),
+        )
+        for entry, message in cases:
+            path = self.write('hosts:\n  - %s\n' % entry)
+            err = self.assertRaises(exception.SimulationError,
+                                    fleet.load_fleet, path)
+            self.assertIn('%s: hosts[0]: %s' % (path, message), str(err))
+
+    def test_a_vf_count_the_catalog_does_not_list_is_refused(self):
+        for model, mode, allowed in (('MI300X', 'gim-qpx', '1, 8'),
+                                     ('MI300X', 'gim-dpx', '1, 8'),
+                                     ('MI210', 'gim-cpx', '1')):
+            path = self.write('hosts:\n  - {hostname: a, model: %s, '
+                              'mode: %s}\n' % (model, mode))
+            err = self.assertRaises(exception.SimulationError,
+                                    fleet.load_fleet, path)
+            self.assertIn('host a: mode %s: %s does not support VF count'
+                          % (mode, model), str(err))
+            self.assertIn('allowed: %s' % allowed, str(err))
+        # what the catalog lists is built
+        path = self.write('hosts:\n  - {hostname: a, model: MI355X, '
+                          'mode: gim-dpx}\n')
+        (host,) = fleet.load_fleet(path)
+        self.assertEqual(16, host.vf_count)
+
+    def test_every_named_kind_is_catalog_hardware(self):
+        from amdgpu_virt.inventory import simulate
+        for name, spec in simulate.KINDS.items():
+            self.assertTrue(simulate.design_host(spec).gpus, name)

@@ -151,7 +151,8 @@ class TestKeyHosts(testtools.TestCase):
 
     def test_bus_devices_are_links_into_devices(self):
         host = self.useFixture(inv_fixtures.SimulatedHost(
-            simulate.HostSpec('h', gpus=1, mode='gim-dpx')))
+            simulate.HostSpec('h', gpus=1, mode='gim-dpx',
+                              off_catalog=True)))
         link = os.path.join(host.root, 'bus/pci/devices/0000:05:02.1')
         self.assertTrue(os.path.islink(link))
         self.assertEqual('../../../devices/pci0000:00/0000:00:01.1/'
@@ -185,7 +186,8 @@ class TestTolerance(testtools.TestCase):
     def setUp(self):
         super().setUp()
         self.host = self.useFixture(inv_fixtures.SimulatedHost(
-            simulate.HostSpec('h', gpus=2, gpu_modes=('cpx', 'gim-dpx'))))
+            simulate.HostSpec('h', gpus=2, gpu_modes=('cpx', 'gim-dpx'),
+                              off_catalog=True)))
         self.root = self.host.root
         self.pf0 = os.path.join(self.root, 'bus/pci/devices/0000:05:00.0')
         self.pf1 = os.path.join(self.root, 'bus/pci/devices/0000:25:00.0')
@@ -433,7 +435,8 @@ class TestCorruptedTrees(testtools.TestCase):
     def setUpClass(cls):
         super().setUpClass()
         cls.host = inv_fixtures.SimulatedHost(simulate.HostSpec(
-            'h', gpus=3, gpu_modes=('cpx', 'gim-dpx', 'vfio')))
+            'h', gpus=3, gpu_modes=('cpx', 'gim-dpx', 'vfio'),
+            off_catalog=True))
         cls.host.setUp()
         cls.files = sorted(
             os.path.join(dirpath, name)
@@ -477,7 +480,8 @@ class TestTreesWithSomethingMissing(testtools.TestCase):
     def setUpClass(cls):
         super().setUpClass()
         cls.host = inv_fixtures.SimulatedHost(simulate.HostSpec(
-            'h', gpus=3, gpu_modes=('qpx', 'gim-dpx', 'vfio')))
+            'h', gpus=3, gpu_modes=('qpx', 'gim-dpx', 'vfio'),
+            off_catalog=True))
         cls.host.setUp()
         cls.entries = []
         for dirpath, dirs, names in os.walk(cls.host.root):

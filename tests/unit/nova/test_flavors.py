@@ -31,6 +31,17 @@ class TestParse(testtools.TestCase):
         self.assertEqual('isolate', spec.extra_specs()['group_policy'])
         self.assertEqual('dedicated', spec.extra_specs()['hw:cpu_policy'])
 
+    def test_several_devices_of_the_plain_alias_get_group_policy_none(self):
+        # one request group per device: with two or more and no policy
+        # Nova warns at every scheduling
+        (two, one) = flavors.parse({'flavors': [
+            dict(GOOD, name='two', count=2),
+            dict(GOOD, name='one', count=1)]})
+        self.assertEqual({'pci_passthrough:alias': 'amd-mi300x-cpx-vf:2',
+                          'hw:pci_numa_affinity_policy': 'preferred',
+                          'group_policy': 'none'}, two.extra_specs())
+        self.assertNotIn('group_policy', one.extra_specs())
+
     def test_bad_input_names_the_field(self):
         cases = [
             ({'flavors': [dict(GOOD, vcpu=1)]}, 'flavors[0]', 'vcpu'),

@@ -124,7 +124,8 @@ class TestRenderCompute(testtools.TestCase):
         self.assertEqual(sorted(specs, key=pci.dumps), specs)
 
     def test_shared_slot_uses_function_regex(self):
-        inventory = design_host(HostSpec('c1', gpus=1, mode='gim-qpx'))
+        inventory = design_host(HostSpec('c1', gpus=1, mode='gim-qpx',
+                                             off_catalog=True))
         plan = nova_plan.plan_host(inventory, NAMING)
         extra = PciAddress(0, 5, 2, 7)   # a foreign function in slot 02
         specs = pci.device_specs(

@@ -351,7 +351,7 @@ class TestIncremental(testtools.TestCase):
         self.assertIn('needs k8s-shared', str(err))
 
     def test_ledger_role_against_the_host_family_is_refused(self):
-        bad = av_ledger.from_dict({'hosts': {'gim': {'gpus': [
+        bad = av_ledger.from_dict({'version': 1, 'hosts': {'gim': {'gpus': [
             {'address': '0000:05:00.0', 'model': 'MI300X',
              'role': 'k8s-shared'}]}}})
         err = self.assertRaises(exception.PlanError, av_planner.Planner,
@@ -369,9 +369,9 @@ class TestIncremental(testtools.TestCase):
         self.assertIn('allowed: 1, 8', str(err))
 
     def test_ledger_for_an_unknown_gpu_is_refused(self):
-        bad = av_ledger.from_dict({'hosts': {'nowhere': {'gpus': [
-            {'address': '0000:05:00.0', 'model': 'MI300X',
-             'role': 'idle'}]}}})
+        bad = av_ledger.from_dict({'version': 1, 'hosts': {'nowhere': {
+            'gpus': [{'address': '0000:05:00.0', 'model': 'MI300X',
+                      'role': 'idle'}]}}})
         err = self.assertRaises(exception.PlanError, av_planner.Planner,
                                 utils.conf(), self.hosts, bad)
         self.assertIn('nowhere', str(err))
