@@ -204,7 +204,7 @@ class TestLivePlan(LivePlanTestCase):
         self.push_ledger()
         units = devices.units_from_inventory(
             self.inventories[self.k8s_host])
-        infos = agent.registration(units, 10, {}, {
+        infos = agent.registration(units, 10, {}, levels={
             u.gpu_address: Level.KERNEL_HOOK for u in units})
         self.register(self.k8s_host, infos)
         self.hami_pod('infer', self.k8s_host, [(infos[0].id, 8192, 76)])

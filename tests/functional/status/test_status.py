@@ -70,7 +70,7 @@ class StatusTestCase(test_live_plan.LivePlanTestCase):
             self.assertEqual(rc, code, stderr)
         return code, stdout, stderr
 
-    def document(self, *extra, rc=exitcodes.DRIFT):
+    def document(self, *extra, rc=exitcodes.REFUSED):
         _code, stdout, _stderr = self.status('-f', 'json', *extra, rc=rc)
         document = json.loads(stdout)
         return document, {(g['host'], g['address']): g
@@ -82,7 +82,8 @@ class TestStatus(StatusTestCase):
     def test_every_gpu_of_both_clouds_in_one_view(self):
         vm_a, vm_b = self.fleet_in_use()
         # GPU1 of the bare-metal host registers unhealthy: Kubernetes
-        # does not offer it, which is drift from the ledger (exit 3)
+        # does not offer it, which is drift from the ledger, and its claim
+        # still uses it, a conflict (exit 1)
         document, gpus = self.document()
         self.assertEqual('configmap kube-system/amdgpu-virt-ledger',
                          document['ledger'])
@@ -118,9 +119,10 @@ class TestStatus(StatusTestCase):
         self.assertEqual('unhealthy', whole['health'])
         self.assertIn('<script>', whole['health_reason'])
         self.assertEqual('whole-gpu', whole['enforcement'])
-        self.assertEqual(['not-offered'], whole['drift'])
+        # not offered because it is unhealthy, and still used by the claim
+        self.assertEqual(['unhealthy-in-use'], whole['drift'])
         summary = document['summary']
-        self.assertEqual((4, 3, 4, 1, 0, 1),
+        self.assertEqual((4, 3, 4, 1, 1, 0),
                          (summary['gpus'], summary['in_use'],
                           summary['users'], summary['unhealthy'],
                           summary['conflicts'], summary['drift']))
@@ -129,14 +131,14 @@ class TestStatus(StatusTestCase):
 
     def test_the_formats_and_columns(self):
         self.fleet_in_use(sick_reason='RAS: 3 uncorrectable errors (UMC)')
-        _rc, table, _stderr = self.status(rc=exitcodes.DRIFT)
+        _rc, table, _stderr = self.status(rc=exitcodes.REFUSED)
         self.assertIn('pod/team/infer', table)
         self.assertIn('unhealthy: RAS: 3 uncorrectable errors (UMC)', table)
         self.assertIn('4 GPUs, 3 in use by 4 users; free: ', table)
         self.assertIn('1 unhealthy', table)
         _rc, csv, stderr = self.status('-f', 'csv', '-c', 'Host', '-c',
                                        'GPU', '-c', 'Health', '-c',
-                                       'Enforcement', rc=exitcodes.DRIFT)
+                                       'Enforcement', rc=exitcodes.REFUSED)
         lines = csv.splitlines()
         self.assertEqual('"Host","GPU","Health","Enforcement"', lines[0])
         self.assertIn('"%s","%s","healthy","kernel+hook"' % (
@@ -144,10 +146,11 @@ class TestStatus(StatusTestCase):
         self.assertEqual(5, len(lines))
         self.assertNotIn('GPUs,', csv)   # no summary in machine output
         _rc, value, _stderr = self.status('-f', 'value', '-c', 'VFs free',
-                                          rc=exitcodes.DRIFT)
+                                          rc=exitcodes.REFUSED)
         # by host: the bare-metal host first (no VFs), then the GIM host
         self.assertEqual(['', '', '0', '8'], value.split('\n')[:4])
-        _rc, text, _stderr = self.status('-f', 'yaml', rc=exitcodes.DRIFT)
+        _rc, text, _stderr = self.status('-f', 'yaml',
+                                         rc=exitcodes.REFUSED)
         self.assertEqual(4, len(yaml.safe_load(text)['gpus']))
         rc, _out, stderr = self.status('-c', 'Nope')
         self.assertEqual(exitcodes.USAGE, rc)
@@ -206,7 +209,7 @@ class TestStatusPage(StatusTestCase):
         self.fleet_in_use()
         path = os.path.join(self.tmp, 'status.html')
         _rc, _stdout, _stderr = self.status('--html', path,
-                                            rc=exitcodes.DRIFT)
+                                            rc=exitcodes.REFUSED)
         dom = browser.Dom(browser.dump_dom(path)).root
         # the hostile reason is text: no element it names was made, the
         # title is the page's, and the table has one row per GPU still
@@ -225,7 +228,7 @@ class TestStatusPage(StatusTestCase):
         (health,) = sick[0].find_all('td', 'health')
         self.assertEqual('unhealthy: %s' % HOSTILE, health.text)
         (drift,) = sick[0].find_all('td', 'drift')
-        self.assertEqual('not-offered', drift.text)
+        self.assertEqual('unhealthy-in-use', drift.text)
         users = {r.attrs['data-gpu'] + '@' + r.attrs['data-host']:
                  r.find_all('td', 'used-by')[0].text for r in rows}
         self.assertEqual('pod/team/infer',
@@ -237,7 +240,7 @@ class TestStatusPage(StatusTestCase):
         owners = {r.text for r in svg.find_all('rect')}
         self.assertTrue(any('pod/team/infer' in o for o in owners), owners)
         self.assertTrue(any('claim/team/train' in o for o in owners))
-        self.assertIn('not-offered', dom.by_id('findings-table').text)
+        self.assertIn('unhealthy-in-use', dom.by_id('findings-table').text)
         # nothing would be fetched: no element names another resource
         for node in dom.iter():
             for attr in ('src', 'href', 'srcset', 'action', 'data'):
@@ -247,7 +250,7 @@ class TestStatusPage(StatusTestCase):
         from PIL import Image
         self.fleet_in_use()
         path = os.path.join(self.tmp, 'status.html')
-        self.status('--html', path, rc=exitcodes.DRIFT)
+        self.status('--html', path, rc=exitcodes.REFUSED)
         shot = browser.screenshot(path, os.path.join(self.tmp, 's.png'))
         with Image.open(shot) as image:
             rgb = image.convert('RGB')
