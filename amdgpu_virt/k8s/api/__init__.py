@@ -2,9 +2,11 @@
 
 Face: :mod:`.client` (clients from the ``[kubernetes]`` options and
 :func:`~.client.call`, the one place transport and API errors become the
-project's), :mod:`.labels` (label values) and :mod:`.httpserver` (the
-server for hostile clients that the webhook and the extender share).
-Every component may import it; it imports no component.
+project's), :mod:`.labels` (label values), :mod:`.watch` (list-and-watch
+threads) and :mod:`.httpserver` (the server for hostile clients that the
+webhook and the extender share, with its connection policy
+:mod:`.connpolicy` and its certificates :mod:`.tls`). Every component may
+import it; it imports no component.
 """
 
-__all__ = ['client', 'httpserver', 'labels']
+__all__ = ['client', 'connpolicy', 'httpserver', 'labels', 'tls', 'watch']
