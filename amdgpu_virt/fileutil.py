@@ -212,16 +212,26 @@ def remove_stale_temps(directories: Iterable[str]) -> list[str]:
     """
     removed = []
     for path in stale_temps(directories):
-        try:
-            os.remove(path)
-        except FileNotFoundError:
-            continue
-        except OSError as err:
-            raise exception.AmdgpuVirtError('cannot remove %s: %s' % (
-                path, err.strerror)) from None
-        LOG.info('removed the stale temporary file %s', path)
-        removed.append(path)
+        if remove(path):
+            LOG.info('removed the stale temporary file %s', path)
+            removed.append(path)
     return removed
+
+
+def remove(path: str) -> bool:
+    """Remove the file ``path``.
+
+    :returns: False when it was gone already.
+    :raises AmdgpuVirtError: it cannot be removed (naming it).
+    """
+    try:
+        os.remove(path)
+    except FileNotFoundError:
+        return False
+    except OSError as err:
+        raise exception.AmdgpuVirtError('cannot remove %s: %s' % (
+            path, err.strerror)) from None
+    return True
 
 
 def atomic_write(path: str, content: str, mode: int = 0o644) -> None:

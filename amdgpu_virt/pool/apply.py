@@ -203,13 +203,7 @@ def _write_manifest(output_dir: str, files: set[str]) -> None:
 
 
 def _remove(path: str) -> None:
-    try:
-        os.remove(path)
-    except FileNotFoundError:
-        pass
-    except OSError as err:
-        raise exception.AmdgpuVirtError('cannot remove %s: %s' % (
-            path, err.strerror)) from None
+    fileutil.remove(path)
 
 
 def _directories(output_dir: str, relpaths: Iterable[str]) -> set[str]:

@@ -78,6 +78,7 @@ from amdgpu_virt.k8s.admission import intent as pod_intent
 from amdgpu_virt.k8s.admission import rules as admission
 from amdgpu_virt.k8s.admission import stated
 from amdgpu_virt.k8s.admission import webhookapi
+from amdgpu_virt.k8s.api import httpbody
 from amdgpu_virt.k8s.api import httpserver
 from amdgpu_virt.k8s.api import tls as api_tls
 from amdgpu_virt.policy import engine as policy_engine
@@ -435,7 +436,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             getattr(self, 'received_at', time.monotonic()),
             self.server.policy.review_budget)
         try:
-            body = httpserver.read_json(self)
+            body = httpbody.read_json(self)
             labels = None
             request = body.get('request') if isinstance(body, dict) else None
             namespace = request.get('namespace') if isinstance(

@@ -5,8 +5,10 @@ Face: :mod:`.client` (clients from the ``[kubernetes]`` options and
 project's), :mod:`.labels` (label values), :mod:`.watch` (list-and-watch
 threads) and :mod:`.httpserver` (the server for hostile clients that the
 webhook and the extender share, with its connection policy
-:mod:`.connpolicy` and its certificates :mod:`.tls`). Every component may
-import it; it imports no component.
+:mod:`.connpolicy`, its certificates :mod:`.tls` and its request bodies
+:mod:`.httpbody`). Every component may import it; it imports no
+component.
 """
 
-__all__ = ['client', 'connpolicy', 'httpserver', 'labels', 'tls', 'watch']
+__all__ = ['client', 'connpolicy', 'httpbody', 'httpserver', 'labels', 'tls',
+           'watch']

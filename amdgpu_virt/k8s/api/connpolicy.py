@@ -25,8 +25,9 @@ connection to close for it, in this order:
    (``min_rate`` bytes a second since the request's first byte), the
    slowest first.
 
-A connection reading at the floor or faster and a working one are never
-closed: a handshake can evict no client in the middle of a request that
+A connection reading at the floor or faster, one whose next request has
+arrived but is not read yet (the server was busy), and a working one are
+never closed: a handshake can evict no client in the middle of a request that
 arrives at a sensible pace. With nothing to close, the new connection is
 refused. A peer already holding its share is refused before anything is
 closed for it, so one address can never take the slots of others.
@@ -53,6 +54,8 @@ class ConnState:
     :ivar since: when the state was entered (monotonic seconds); for
         ``reading``, the time of the request's first byte.
     :ivar received: bytes of the current request read so far.
+    :ivar waiting: bytes of it that arrived and are not read yet (a busy
+        server reads late; the client is not slow for that).
     :ivar served: requests answered on this connection.
     """
 
@@ -62,13 +65,14 @@ class ConnState:
     since: float = 0.0
     received: int = 0
     served: int = 0
+    waiting: int = 0
 
 
 def below_floor(conn: ConnState, now: float, min_rate: float) -> bool:
-    """Whether ``conn`` reads its request slower than ``min_rate`` bytes a
-    second, counted from the request's first byte."""
+    """Whether ``conn``'s request arrives slower than ``min_rate`` bytes a
+    second, counted from its first byte."""
     return conn.state == READING and \
-        conn.received < min_rate * (now - conn.since)
+        conn.received + conn.waiting < min_rate * (now - conn.since)
 
 
 def victim(conns: Iterable[ConnState], now: float,
@@ -79,6 +83,8 @@ def victim(conns: Iterable[ConnState], now: float,
     kept: list[ConnState] = []
     slow: list[ConnState] = []
     for conn in conns:
+        if conn.state == IDLE and conn.waiting:
+            continue   # its request has begun; judged once it is read
         if conn.state in (HANDSHAKE, IDLE):
             (kept if conn.served else fresh).append(conn)
         elif below_floor(conn, now, min_rate):
@@ -88,5 +94,5 @@ def victim(conns: Iterable[ConnState], now: float,
             return min(group, key=lambda c: (c.since, c.number))
     if slow:
         return min(slow, key=lambda c: (
-            c.received / max(now - c.since, 1e-9), c.number))
+            (c.received + c.waiting) / max(now - c.since, 1e-9), c.number))
     return None

@@ -33,8 +33,8 @@ the server assumes hostile clients:
 The handlers stay ``http.server.BaseHTTPRequestHandler`` subclasses
 (``do_GET``/``do_POST``): each complete request is replayed to a handler
 from memory and its answer collected from memory, so no handler ever reads
-from a socket. An exception escaping a handler answers 500 without
-detail (it is logged).
+from a socket (its JSON body: :mod:`amdgpu_virt.k8s.api.httpbody`). An
+exception escaping a handler answers 500 without detail (it is logged).
 
 TLS: :class:`~amdgpu_virt.k8s.api.tls.TlsFiles` holds the PEM files and
 rebuilds its ``SSLContext`` when a file changes (a rotated Kubernetes
@@ -42,23 +42,19 @@ secret), for new connections, with no restart; a set that does not load
 (half-written during a rotation) is logged and the previous context kept.
 With a client CA file, clients must present a certificate signed by it.
 
-Why not an existing server library: ``cheroot`` performs the TLS
-handshake in its connection-manager loop (``_from_server_socket``), so one
-silent TLS client stalls every other connection for the socket timeout;
-``waitress`` has no TLS; ``gunicorn`` is a pre-fork process manager
-(worker processes cannot share the extender's in-memory cluster cache,
-certificates are re-read only when workers restart) and would bring its
-own configuration and signal handling into daemons configured with
-oslo.config. ``asyncio`` gives non-blocking handshakes with timeouts and
-cheap idle connections; this module adds the limits.
+Why not an existing server library (``cheroot`` handshakes in its
+accept loop, ``waitress`` has no TLS, ``gunicorn`` forks workers that
+cannot share the extender's cache): see the Kubernetes admin guide.
 """
 
 from __future__ import annotations
 
+import array
 import asyncio
 import concurrent.futures
 import contextlib
 import dataclasses
+import fcntl
 import http
 import http.server
 import io
@@ -67,12 +63,11 @@ import json
 import logging
 import socket
 import ssl
+import termios
 import threading
 import time
 from typing import Any
 
-from amdgpu_virt import exception
-from amdgpu_virt import yamlutil
 from amdgpu_virt.k8s.api import connpolicy
 from amdgpu_virt.k8s.api.tls import TlsFiles
 
@@ -114,37 +109,6 @@ class Limits:
                    handler_timeout=group.http_handler_timeout)
 
 
-# --- request bodies ----------------------------------------------------------
-
-def read_json(handler: http.server.BaseHTTPRequestHandler) -> Any:
-    """The JSON body of the request ``handler`` serves (None if empty).
-
-    :raises HttpRequestError: not UTF-8, not JSON, or nested deeper than
-        :data:`amdgpu_virt.yamlutil.MAX_DEPTH` (naming what is wrong).
-    """
-    try:
-        length = int(handler.headers.get('Content-Length') or 0)
-    except ValueError:
-        raise exception.HttpRequestError(
-            reason='Content-Length is not a number') from None
-    return parse_json(handler.rfile.read(length))
-
-
-def parse_json(data: bytes) -> Any:
-    """:func:`read_json` of a body already read."""
-    if not data:
-        return None
-    try:
-        text = data.decode('utf-8')
-    except UnicodeDecodeError as err:
-        raise exception.HttpRequestError(
-            reason='the body is not UTF-8 (byte %d)' % err.start) from None
-    try:
-        return yamlutil.load_json(text, 'the request body')
-    except exception.AmdgpuVirtError as err:
-        raise exception.HttpRequestError(reason=str(err)) from None
-
-
 # --- the server --------------------------------------------------------------
 
 class _Refused(Exception):
@@ -160,11 +124,28 @@ class _Refused(Exception):
 @dataclasses.dataclass
 class _Connection:
     state: connpolicy.ConnState
+    reader: asyncio.StreamReader
     writer: asyncio.StreamWriter
     #: the TCP transport (the writer's until TLS replaces it)
     raw: asyncio.WriteTransport
     #: bytes read past the end of the last request (the next one's start)
     leftover: bytes = b''
+    #: the last read was past the request's deadline (allowed once, for
+    #: what arrived while the server itself was busy)
+    late: bool = False
+
+    def waiting(self) -> int:
+        """Bytes that arrived and are not read yet: in the stream's buffer
+        (which asyncio keeps as ``_buffer``) and in the socket's (the
+        kernel's count, ``FIONREAD``)."""
+        waiting = len(getattr(self.reader, '_buffer', b''))
+        sock = self.raw.get_extra_info('socket')
+        if sock is not None:
+            count = array.array('i', [0])
+            with contextlib.suppress(OSError, ValueError):
+                fcntl.ioctl(sock.fileno(), termios.FIONREAD, count)
+                waiting += count[0]
+        return waiting
 
     def abort(self) -> None:
         transport = self.writer.transport or self.raw
@@ -295,6 +276,9 @@ class Server:
             return False
         if len(self._connections) < limits.max_connections:
             return True
+        for conn in self._connections.values():
+            if conn.state.state in (connpolicy.IDLE, connpolicy.READING):
+                conn.state.waiting = conn.waiting()
         chosen = connpolicy.victim(
             (c.state for c in self._connections.values()),
             time.monotonic(), limits.min_request_rate)
@@ -328,7 +312,7 @@ class Server:
             return
         state = connpolicy.ConnState(next(self._numbers), str(peer[0]),
                                      connpolicy.HANDSHAKE, time.monotonic())
-        conn = _Connection(state, writer, raw)
+        conn = _Connection(state, reader, writer, raw)
         self._connections[state.number] = conn
         self._peers[state.peer] = self._peers.get(state.peer, 0) + 1
         try:
@@ -381,7 +365,11 @@ class Server:
             first = conn.leftover
             conn.leftover = b''
             if not first:
-                first = await asyncio.wait_for(reader.read(65536), wait)
+                # in this task (not wait_for's own): what arrives is in
+                # the stream's buffer until this very step takes it, so
+                # the connection policy never sees a request in between
+                async with asyncio.timeout(wait):
+                    first = await reader.read(65536)
                 if not first:
                     return   # closed between requests
             state.state = connpolicy.READING
@@ -416,8 +404,15 @@ class Server:
         remaining = deadline - time.monotonic()
         try:
             if remaining <= 0:
-                raise TimeoutError
-            chunk = await asyncio.wait_for(reader.read(most), remaining)
+                if conn.late or deadline >= state.since + \
+                        limits.request_timeout:
+                    raise TimeoutError
+                # once: what arrived while this server was too busy to
+                # read it counts (a slow client gets no more from it)
+                conn.late = True
+                remaining = 0.05
+            async with asyncio.timeout(remaining):
+                chunk = await reader.read(most)
         except TimeoutError:
             self.too_slow += 1
             if deadline >= state.since + limits.request_timeout:
@@ -428,12 +423,17 @@ class Server:
         if not chunk:
             raise asyncio.IncompleteReadError(b'', None)
         state.received += len(chunk)
+        if conn.late and time.monotonic() < state.since + \
+                limits.request_grace + state.received / max(
+                    limits.min_request_rate, 1):
+            conn.late = False   # back at the floor's pace
         return chunk
 
     async def _read_request(self, conn: _Connection, first: bytes,
                             reader: asyncio.StreamReader) -> bytes:
         limits = self.limits
         conn.state.received = len(first)
+        conn.late = False
         data = bytearray(first)
         scanned = 0
         while True:

@@ -22,6 +22,7 @@ from typing import Any
 import prometheus_client
 
 from amdgpu_virt import exception
+from amdgpu_virt.k8s.api import httpbody
 from amdgpu_virt.k8s.api import httpserver
 from amdgpu_virt.k8s.api import tls as api_tls
 from amdgpu_virt.k8s.scheduler.core import Extender
@@ -76,7 +77,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self._json(404, {'error': 'no such path %s' % self.path})
             return
         try:
-            args = httpserver.read_json(self)
+            args = httpbody.read_json(self)
         except exception.HttpRequestError as err:
             body: Any = {'Error': str(err)}
             if verb == 'filter':

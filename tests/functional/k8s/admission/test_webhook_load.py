@@ -23,15 +23,9 @@ import urllib.request
 from typing import Any
 
 import testtools
-from kubernetes import client
 
-from amdgpu_virt import conf as conf_pkg
-from amdgpu_virt.k8s.admission import intent
-from amdgpu_virt.k8s.admission import rules as admission
 from amdgpu_virt.k8s.admission import webhook
-from amdgpu_virt.k8s.admission import webhookapi
-from amdgpu_virt.policy import engine as policy_engine
-from amdgpu_virt.sharing import hami
+from tests.functional.fixtures import hostilepods
 from tests.functional.fixtures import kubeclient
 from tests.functional.k8s import cluster
 
@@ -40,52 +34,10 @@ API_SERVER_WAITS = 10.0
 #: what a legitimate review may take beside an attack (a generous bound
 #: for a busy CI machine; it takes about 0.05 s alone)
 LEGITIMATE_WITHIN = 1.0
-NEEDS = 'memory: 20GiB, compute: 25%'
-
-
-def _gpu(n: int, devmem: int = 196608) -> hami.DeviceInfo:
-    return hami.DeviceInfo(id='g%d' % n, index=n, count=10, devmem=devmem,
-                           devcore=304, type='AMD Instinct MI300X',
-                           health=True)
-
-
-def stated_pod(name: str, containers: int, needs: str = NEEDS,
-               distinct: bool = False) -> dict[str, Any]:
-    """A pod whose every container states its needs (distinct ones: a
-    different memory size each)."""
-    names = ['c%05d' % n for n in range(containers)]
-    return {'apiVersion': 'v1', 'kind': 'Pod',
-            'metadata': {'name': name, 'namespace': 'team', 'annotations': {
-                intent.CONTAINER_PREFIX + c: (
-                    'memory: %dMiB, compute: 10%%' % (1024 + n)
-                    if distinct else needs)
-                for n, c in enumerate(names)}},
-            'spec': {'containers': [{'name': c, 'image': 'rocm'}
-                                    for c in names]}}
-
-
-def raw_pod(name: str, containers: int) -> dict[str, Any]:
-    """A pod whose every container asks for a CU slice."""
-    return {'apiVersion': 'v1', 'kind': 'Pod',
-            'metadata': {'name': name, 'namespace': 'team'},
-            'spec': {'containers': [
-                {'name': 'c%05d' % n, 'image': 'rocm', 'resources': {
-                    'limits': {'amd.com/gpucores': '10'}},
-                 'env': [{'name': 'E%d' % k, 'value': 'v'}
-                         for k in range(5)]}
-                for n in range(containers)]}}
-
-
-def _review_body(pod: dict[str, Any]) -> bytes:
-    return json.dumps({
-        'apiVersion': 'admission.k8s.io/v1', 'kind': 'AdmissionReview',
-        'request': {'uid': 'u-%s' % pod['metadata']['name'],
-                    'kind': {'group': '', 'version': 'v1', 'kind': 'Pod'},
-                    'resource': {'group': '', 'version': 'v1',
-                                 'resource': 'pods'},
-                    'namespace': pod['metadata']['namespace'],
-                    'operation': 'CREATE', 'object': pod,
-                    'userInfo': {'username': 'alice'}}}).encode()
+stated_pod = hostilepods.stated_pod
+raw_pod = hostilepods.raw_pod
+_gpu = hostilepods.gpu
+_review_body = hostilepods.review_body
 
 
 class _LoadTest(testtools.TestCase):
@@ -95,23 +47,10 @@ class _LoadTest(testtools.TestCase):
     def setUp(self) -> None:
         super().setUp()
         self.kube = self.useFixture(kubeclient.ApiServerFixture())
-        api = self.kube.api
-        api.create_namespace(client.V1Namespace(
-            metadata=client.V1ObjectMeta(name='team')))
-        for node in ('n1', 'n2'):
-            api.create_node(client.V1Node(metadata=client.V1ObjectMeta(
-                name=node, annotations={hami.NODE_REGISTER:
-                                        hami.encode_node_register(
-                                            [_gpu(n) for n in range(8)])})))
+        hostilepods.seed(self.kube.api)
         self.nodes_ready()
-        self.models = webhookapi.ClusterModels(api)
-        self.events = webhookapi.EventRecorder(api)
-        self.server = webhook.make_server(
-            self.policy, namespace_labels=webhook.NamespaceLabelCache(api),
-            intent=admission.IntentPolicy(
-                policy_engine.Engine(conf_pkg.new_conf()), self.models,
-                most=self.models.most),
-            events=self.events)
+        self.server, self.models, self.events = hostilepods.webhook(
+            self.kube.api, self.policy)
         self.url = cluster.serve(self, self.server) + '/webhook'
         self.legitimate = stated_pod('ok', 2)
         # the first review reads the shapes; it is not what is measured
@@ -225,11 +164,8 @@ class HostileNodeTest(_LoadTest):
         # one node registers 10,000 GPUs of distinct shapes (1.2 MB), one
         # 2,200 (within the API's 256 KiB), one 9 shapes of one GPU each
         for node, count in (('liar', 10000), ('sly', 2200), ('odd', 9)):
-            value = hami.encode_node_register(
-                [_gpu(n, 1024 + n) for n in range(count)])
-            self.kube.api.create_node(client.V1Node(
-                metadata=client.V1ObjectMeta(name=node, annotations={
-                    hami.NODE_REGISTER: value})))
+            hostilepods.register(self.kube.api, node,
+                                 [_gpu(n, 1024 + n) for n in range(count)])
 
     def test_a_node_slows_no_review(self) -> None:
         took = [self.review(stated_pod('p%d' % n, 1))[1] for n in range(5)]
@@ -242,11 +178,8 @@ class HostileNodeTest(_LoadTest):
         self.assertEqual([8], list(self.models.most().values()))
 
     def test_a_node_that_registers_later_is_bounded_too(self) -> None:
-        value = hami.encode_node_register(
-            [_gpu(n, 2048 + n) for n in range(300)])
-        self.kube.api.create_node(client.V1Node(
-            metadata=client.V1ObjectMeta(name='later', annotations={
-                hami.NODE_REGISTER: value})))
+        hostilepods.register(self.kube.api, 'later',
+                             [_gpu(n, 2048 + n) for n in range(300)])
         deadline = time.monotonic() + 10
         while 'later' not in self.models.refused:
             self.assertLess(time.monotonic(), deadline, 'not watched')
@@ -270,10 +203,8 @@ class GpusBoundTest(_LoadTest):
 
     def test_the_bound_follows_the_nodes(self) -> None:
         # a node of 16 GPUs joins: the watch brings it, no restart
-        self.kube.api.create_node(client.V1Node(
-            metadata=client.V1ObjectMeta(name='big', annotations={
-                hami.NODE_REGISTER: hami.encode_node_register(
-                    [_gpu(n) for n in range(16)])})))
+        hostilepods.register(self.kube.api, 'big',
+                             [_gpu(n) for n in range(16)])
         deadline = time.monotonic() + 10
         while list(self.models.most().values()) != [16]:
             self.assertLess(time.monotonic(), deadline, 'not watched')

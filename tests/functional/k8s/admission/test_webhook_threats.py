@@ -279,12 +279,13 @@ class WebhookThreatTest(_WebhookTest):
 
     def test_hostile_statements_are_denied(self) -> None:
         for needs, reason in (
-                ('{memory: [', 'not YAML or JSON'),
+                ('{memory: [', 'nested'),
+                ('{memory: 1', 'not YAML or JSON'),
                 ('a: &x 1\nb: *x', 'YAML aliases are not accepted'),
                 ('memory: 1GiB, model: MI300X', 'unknown field(s) model'),
                 ('compute: 12.5%', 'not a whole percentage'),
                 ('x' * 5000, 'at most 512 are read'),
-                ('[1, 2]', 'expected a mapping')):
+                ('42', 'expected a mapping')):
             pod = _pod()
             pod['metadata']['annotations'] = {intent.ANNOTATION: needs}
             self.assertIn(reason, self._denied(pod), needs)

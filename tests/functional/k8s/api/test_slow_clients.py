@@ -11,16 +11,15 @@ default limits, while a real client (from 127.0.0.1) keeps asking.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import http.client
 import json
 import logging
 import os
-import selectors
 import socket
 import ssl
 import sys
-import threading
 import time
 from typing import Any
 
@@ -34,7 +33,7 @@ from amdgpu_virt.k8s.api import httpserver
 from amdgpu_virt.k8s.scheduler import service as extender
 from tests.functional.fixtures import certs
 from tests.functional.fixtures import kubeclient
-import contextlib
+from tests.functional.fixtures import slowclients
 
 #: connections the attacker keeps open (more than the default limit)
 FLOOD = 1100
@@ -48,71 +47,6 @@ REVIEW = {'apiVersion': 'admission.k8s.io/v1', 'kind': 'AdmissionReview',
                       'namespace': 'team', 'operation': 'CREATE',
                       'object': {'metadata': {'name': 'p'},
                                  'spec': {'containers': []}}}}
-
-
-class OneByteFlood:
-    """Keeps ``count`` connections open, each with one byte of a request
-    sent, from ``sources`` loopback addresses; reopens any the server
-    closes (at most ``burst`` per round, as a client would)."""
-
-    def __init__(self, address: tuple[str, int], count: int,
-                 sources: int, tls: ssl.SSLContext | None = None,
-                 burst: int = 200) -> None:
-        self.address = address
-        self.count = count
-        self.sources = ['127.0.0.%d' % (2 + n) for n in range(sources)]
-        self.tls = tls
-        self.burst = burst
-        self.opened = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._selector = selectors.DefaultSelector()
-
-    def _open(self) -> None:
-        source = self.sources[self.opened % len(self.sources)]
-        self.opened += 1
-        try:
-            sock = socket.create_connection(self.address, 2, (source, 0))
-            if self.tls is not None:
-                sock = self.tls.wrap_socket(sock,
-                                            server_hostname='127.0.0.1')
-            sock.sendall(b'P')
-        except OSError:
-            return
-        sock.setblocking(False)
-        self._selector.register(sock, selectors.EVENT_READ)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            missing = self.count - len(self._selector.get_map())
-            for _ in range(min(missing, self.burst)):
-                self._open()
-            for key, _events in self._selector.select(0.1):
-                sock = key.fileobj
-                try:
-                    if sock.recv(4096):  # type: ignore[union-attr]
-                        continue
-                except (BlockingIOError, ssl.SSLWantReadError):
-                    continue
-                except OSError:
-                    pass
-                self._selector.unregister(sock)
-                sock.close()  # type: ignore[union-attr]
-
-    def start(self, test: testtools.TestCase) -> OneByteFlood:
-        self._thread.start()
-        test.addCleanup(self.stop)
-        deadline = time.monotonic() + 20
-        while self.opened < self.count and time.monotonic() < deadline:
-            time.sleep(0.05)
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(10)
-        for key in list(self._selector.get_map().values()):
-            key.fileobj.close()  # type: ignore[union-attr]
-        self._selector.close()
 
 
 def _ask(host: str, port: int, method: str, path: str,
@@ -151,8 +85,9 @@ class _FloodMixin:
     body: Any = None
 
     def _under_flood(self, sources: int) -> list[tuple[int, float]]:
-        OneByteFlood((self.host, self.port), FLOOD, sources,
-                     self.tls).start(self)  # type: ignore[arg-type]
+        flood = slowclients.OneByteFlood((self.host, self.port), FLOOD,
+                                         sources, self.tls).start()
+        self.addCleanup(flood.stop)  # type: ignore[attr-defined]
         answers = []
         until = time.monotonic() + UNDER_ATTACK
         while time.monotonic() < until:

@@ -27,7 +27,10 @@ class VictimTest(testtools.TestCase):
         slower = _conn(4, cp.READING, 50.0, received=1)
         kept = _conn(5, cp.IDLE, 10.0, served=3)
         fresh = _conn(6, cp.HANDSHAKE, 99.0)
-        conns = [working, paced, slow, slower, kept, fresh]
+        # its first bytes arrived, not read yet: a request under way
+        begun = _conn(7, cp.IDLE, 0.0)
+        begun.waiting = 1
+        conns = [working, paced, slow, slower, kept, fresh, begun]
         chosen = []
         while True:
             victim = cp.victim(conns, now, 4096)
@@ -38,7 +41,7 @@ class VictimTest(testtools.TestCase):
         # silent first, then kept-alive idle, then the slowest readers;
         # never one at the floor's pace, never one being answered
         self.assertEqual([6, 5, 4, 3], chosen)
-        self.assertEqual({1, 2}, {c.number for c in conns})
+        self.assertEqual({1, 2, 7}, {c.number for c in conns})
 
     def test_a_fresh_reader_is_not_below_the_floor(self) -> None:
         self.assertFalse(cp.below_floor(_conn(1, cp.READING, 100.0, 1),
