@@ -3,7 +3,9 @@
 Legitimate clients ask the real servers as fast as they answer, for
 ``--seconds`` each time, first alone, then beside each attack; printed:
 requests per second, median and 99th percentile, and the failures
-(anything but a 200 with the expected answer).
+(anything but a 200 with the expected answer). The clients, the attackers
+and the slow connections each run in a process of their own, so that the
+server (alone in this one) is what is measured.
 
 Webhook (``webhook.make_server`` with its watch of the nodes, its Event
 writer and namespace labels, on the API server stand-in; a legitimate
@@ -33,12 +35,14 @@ import argparse
 import concurrent.futures
 import http.client
 import json
+import multiprocessing
 import os
 import statistics
 import sys
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
@@ -101,35 +105,84 @@ def _denied(data: bytes) -> bool:
     return not json.loads(data)['response']['allowed']
 
 
-def _measure(label: str, legit: Ask, clients: int, seconds: float,
-             hostile: list[Ask] | None = None, attackers: int = 0) -> None:
-    """Run ``clients`` legitimate clients (and ``attackers`` hostile ones
-    cycling through ``hostile``) for ``seconds``; print the figures."""
-    stop = time.monotonic() + seconds
-    legit_runs: list[tuple[int, float, bool]] = []
-    hostile_runs: list[tuple[int, float, bool]] = []
+def _answered(data: bytes) -> bool:
+    return True
 
-    def loop(ask: Callable[[], tuple[int, float, bool]],
-             into: list[tuple[int, float, bool]]) -> None:
-        while time.monotonic() < stop:
-            into.append(ask())
 
-    def attacker(number: int) -> None:
-        asks = hostile or []
-        n = number
-        while time.monotonic() < stop:
-            hostile_runs.append(asks[n % len(asks)]())
-            n += 1
+CHECKS: dict[str, Callable[[bytes], bool]] = {
+    'allowed': _allowed, 'denied': _denied, 'answered': _answered}
+#: (address, method, path, body, name of the check of the answer)
+Spec = tuple[tuple[str, int], str, str, bytes | None, str]
+Run = tuple[int, float, bool]
 
-    with concurrent.futures.ThreadPoolExecutor(clients + attackers) as pool:
-        jobs = [pool.submit(loop, legit, legit_runs)
-                for _ in range(clients)]
-        jobs += [pool.submit(attacker, n) for n in range(attackers)]
-        for job in jobs:
+
+def _clients(specs: list[Spec], threads: int, start: Any, go: Any,
+             ready: Any, out: Any, seconds: float) -> None:
+    """A process of clients: ``threads`` threads, each cycling through
+    ``specs`` from ``start`` (once ``go`` is set) for ``seconds``."""
+    asks = [Ask(address, method, path, body, CHECKS[check])
+            for address, method, path, body, check in specs]
+    runs: list[Run] = []
+    ready.set()
+    go.wait()
+    stop = start.value + seconds
+    while time.time() < start.value:
+        time.sleep(0.001)
+
+    def loop(number: int) -> None:
+        while time.time() < stop:
+            runs.append(asks[number % len(asks)]())
+            number += 1
+
+    with concurrent.futures.ThreadPoolExecutor(threads) as pool:
+        for job in [pool.submit(loop, n) for n in range(threads)]:
             job.result()
-    _print(label, legit_runs, seconds)
-    if hostile_runs:
-        _print('  (the attackers)', hostile_runs, seconds)
+    out.put(runs)
+
+
+def _flood(address: tuple[str, int], start: Any, go: Any, ready: Any,
+           out: Any, seconds: float) -> None:
+    """A process holding :data:`FLOOD` one-byte connections from 16
+    addresses for ``seconds`` from ``start``."""
+    flood = slowclients.OneByteFlood(address, FLOOD, 16).start()
+    ready.set()
+    go.wait()
+    time.sleep(max(start.value + seconds - time.time(), 0))
+    flood.stop()
+    out.put([])
+
+
+def _measure(label: str, legit: Spec, clients: int, seconds: float,
+             hostile: list[Spec] | None = None, attackers: int = 0,
+             flood: tuple[str, int] | None = None) -> None:
+    """Legitimate clients, and attackers or a flood, each in a process of
+    its own (the server under test is alone in this one), all for the
+    same ``seconds``; print the figures."""
+    context = multiprocessing.get_context('spawn')
+    start = context.Value('d', 0.0)
+    go = context.Event()
+    jobs = [(_clients, ([legit], clients)), ]
+    if hostile:
+        jobs.append((_clients, (hostile, attackers)))
+    if flood is not None:
+        jobs.append((_flood, (flood,)))
+    processes = []
+    for target, job_args in jobs:
+        ready, out = context.Event(), context.Queue()
+        process = context.Process(target=target, args=(
+            *job_args, start, go, ready, out, seconds), daemon=True)
+        process.start()
+        processes.append((process, ready, out))
+    for _process, ready, _out in processes:
+        ready.wait(120)
+    start.value = time.time() + 0.5
+    go.set()
+    results = [out.get(timeout=seconds + 300) for _p, _r, out in processes]
+    for process, _ready, _out in processes:
+        process.join(30)
+    _print(label, results[0], seconds)
+    if hostile:
+        _print('  (the attackers)', results[1], seconds)
 
 
 def _print(label: str, runs: list[tuple[int, float, bool]],
@@ -155,21 +208,20 @@ def bench_webhook(args: argparse.Namespace) -> None:
             api, webhook.WebhookPolicy())
         hook.start()
         address = hook.server_address[:2]
-        legit = Ask(address, 'POST', '/webhook', hostilepods.review_body(
-            hostilepods.stated_pod('ok', 2)), _allowed)
-        legit()
+        legit: Spec = (address, 'POST', '/webhook', hostilepods.review_body(
+            hostilepods.stated_pod('ok', 2)), 'allowed')
         print('webhook (%d legitimate clients, %g s each)' % (
             args.clients, args.seconds))
         _measure('  alone', legit, args.clients, args.seconds)
-        hostile = [Ask(address, 'POST', '/webhook',
-                       hostilepods.review_body(pod), _denied)
-                   for pod in (hostilepods.stated_pod('big', 500,
-                                                      distinct=True),
-                               hostilepods.raw_pod('raw', 10000),
-                               hostilepods.stated_pod('deep', 10, '[' * 250 +
-                                                      ']' * 250))]
-        _measure('  beside hostile pods', legit, args.clients,
-                 args.seconds, hostile, args.attackers)
+        hostile: list[Spec] = [
+            (address, 'POST', '/webhook', hostilepods.review_body(pod),
+             'denied')
+            for pod in (hostilepods.stated_pod('big', 500, distinct=True),
+                        hostilepods.raw_pod('raw', 10000),
+                        hostilepods.stated_pod('deep', 10, '[' * 250 +
+                                               ']' * 250))]
+        _measure('  beside %d hostile-pod clients' % args.attackers, legit,
+                 args.clients, args.seconds, hostile, args.attackers)
         for node, count in (('liar', 10000), ('sly', 2200)):
             hostilepods.register(api, node, [hostilepods.gpu(n, 1024 + n)
                                              for n in range(count)])
@@ -177,12 +229,8 @@ def bench_webhook(args: argparse.Namespace) -> None:
             time.sleep(0.05)
         _measure('  beside a hostile node', legit, args.clients,
                  args.seconds)
-        flood = slowclients.OneByteFlood(address, FLOOD, 16).start()
-        try:
-            _measure('  beside 1,100 slow conns', legit, args.clients,
-                     args.seconds)
-        finally:
-            flood.stop()
+        _measure('  beside 1,100 slow conns', legit, args.clients,
+                 args.seconds, flood=address)
         print('  connections refused %d, evicted %d, too slow %d' % (
             hook.refused, hook.evicted, hook.too_slow))
         hook.shutdown()
@@ -205,21 +253,17 @@ def bench_extender(args: argparse.Namespace) -> None:
         body = json.dumps({'Pod': {'metadata': {
             'name': 'p', 'namespace': 'team'}, 'spec': {'containers': []}},
             'NodeNames': ['n%d' % n for n in range(16)]}).encode()
-        asks = (('/prioritize', Ask(service.address, 'POST', '/prioritize',
-                                    body, lambda data: True)),
-                ('/healthz (probes)', Ask(metrics, 'GET', '/healthz', None,
-                                          lambda data: True)))
+        asks: list[tuple[str, Spec]] = [
+            ('/prioritize', (service.address, 'POST', '/prioritize', body,
+                             'answered')),
+            ('/healthz (probes)', (metrics, 'GET', '/healthz', None,
+                                   'answered'))]
         print('extender (%d legitimate clients, %g s each)' % (
             args.clients, args.seconds))
-        for label, ask in asks:
-            ask()
-            _measure('  %s alone' % label, ask, args.clients, args.seconds)
-            flood = slowclients.OneByteFlood(ask.address, FLOOD, 16).start()
-            try:
-                _measure('  %s beside 1,100 slow' % label, ask,
-                         args.clients, args.seconds)
-            finally:
-                flood.stop()
+        for label, spec in asks:
+            _measure('  %s alone' % label, spec, args.clients, args.seconds)
+            _measure('  %s beside 1,100 slow' % label, spec, args.clients,
+                     args.seconds, flood=spec[0])
         service.stop()
     finally:
         server.stop()
