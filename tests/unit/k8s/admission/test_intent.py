@@ -231,7 +231,7 @@ class StatementGrammarTest(testtools.TestCase):
     @settings(max_examples=400, deadline=None)
     @given(_STATEMENT)
     def test_a_statement_or_a_named_error(self, text: str) -> None:
-        began = time.perf_counter()
+        began = time.thread_time()   # CPU time: not the machine's load
         try:
             raw = intent.parse(text, 'pod ns/p', 'workload.gpu.amd.com/a')
         except exception.WorkloadSpecError as err:
@@ -247,4 +247,4 @@ class StatementGrammarTest(testtools.TestCase):
                 self.assertNotIsInstance(value, (dict, list))
         # bounded work: a parse of at most MAX_LENGTH characters and no
         # nesting (the deep ones took 0.55 s each before the bounds)
-        self.assertLess(time.perf_counter() - began, 0.25)
+        self.assertLess(time.thread_time() - began, 0.25)
