@@ -18,8 +18,9 @@ its needs in ``gpu.amd.com/workload`` or per container in
   in ``gpu.amd.com/decision`` and ``gpu.amd.com/decision-reason`` (per
   container: ``decision.gpu.amd.com/<container>`` and
   ``decision-reason.gpu.amd.com/<container>``) and an Event per
-  container, and denies a need that fits no GPU of the cluster with the
-  tightest reason, naming the container;
+  distinct decision (written off the admission path), and denies a need
+  that fits no GPU of the cluster, or more GPUs than any node has, with
+  the tightest reason, naming the container;
 * denies privileged containers (they see every GPU), a preset
   ``spec.nodeName`` (it would bypass the extender), ``amd.com/gpucores``
   that is not an integer in 1..100, a non-integer ``amd.com/gpu`` or
@@ -49,8 +50,14 @@ included) it denies an added ephemeral container that asks for
 ``amd.com/*`` or, on a GPU pod, sets the device plugin's variables or
 runs privileged. Every denial names the container and the field.
 
+What one pod makes a review do is bounded before anything is parsed
+(containers, statements, their size and nesting), and a review past its
+time budget (:class:`~amdgpu_virt.k8s.admission.rules.Budget`, from its
+request's first byte) denies the pod, saying so.
+
 :func:`make_server` serves it over HTTP(S) with ``/healthz`` and
-``/readyz``.
+``/readyz`` (ready once its helpers are: the watch of the nodes' GPU
+shapes has listed them).
 """
 
 from __future__ import annotations
@@ -209,7 +216,8 @@ def review(admission_review: Mapping[str, Any], policy: WebhookPolicy,
     except exception.ReviewBudgetExceeded as err:
         request = admission_review.get('request') or {}
         pod = request.get('object') or {}
-        meta = pod.get('metadata') or {} if isinstance(pod, Mapping) else {}
+        meta = (pod.get('metadata') or {}) if isinstance(pod, Mapping) \
+            else {}
         message = 'pod %s/%s denied: %s; a pod this large cannot be ' \
             'judged in time (make it smaller: fewer containers, ' \
             'statements or variables)' % (
