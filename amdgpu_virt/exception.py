@@ -258,6 +258,20 @@ class AdmissionReviewError(KubernetesError):
     msg_fmt = 'Invalid AdmissionReview: %(field)s: %(reason)s'
 
 
+class ReviewBudgetExceeded(KubernetesError):
+    """A review ran out of its time budget (the pod is denied)."""
+
+    msg_fmt = ('the review took longer than its budget of %(seconds)g s '
+               '(%(where)s)')
+
+
+class ClusterShapesUnknown(KubernetesError):
+    """The webhook has not read the cluster's GPU shapes yet."""
+
+    msg_fmt = ('the GPU shapes the cluster\'s nodes register are not '
+               'known yet: %(reason)s')
+
+
 class HttpRequestError(KubernetesError):
     msg_fmt = 'Bad HTTP request: %(reason)s'
 

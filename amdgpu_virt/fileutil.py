@@ -11,15 +11,22 @@ before it is opened, so nothing blocks or streams forever), at most
 Every file the project writes (rendered configuration, ledgers, move state,
 charts) goes through :func:`atomic_write` or :func:`write_if_changed`: a
 reader never sees half a file, and a second run with nothing changed writes
-nothing.
+nothing. A writer killed half-way leaves a temporary file named for its
+host and process; the writers of output trees remove those of writers
+that are gone (:func:`remove_stale_temps`) on their next run.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
+import re
+import socket
 import stat
 import tempfile
+import time
+from collections.abc import Iterable
 
 from amdgpu_virt import exception
 
@@ -27,6 +34,14 @@ LOG = logging.getLogger(__name__)
 
 #: name prefix of the temporary files of :func:`atomic_write`
 TEMP_PREFIX = '.amdgpu-virt-'
+#: a temporary file of :func:`atomic_write`: its writer's host (a digest)
+#: and process id, then mkstemp's random part; or the older form, without
+#: an owner
+_TEMP_NAME = re.compile(r'^%s(?:tmp-(?P<host>[0-9a-f]{8})-(?P<pid>[0-9]+)-)?'
+                        r'[a-z0-9_]{8}$' % re.escape(TEMP_PREFIX))
+#: seconds after which a temporary file whose writer cannot be asked (on
+#: another host, or of the older form) is stale: no write takes that long
+STALE_AFTER = 600.0
 #: default size limit of an input file (bytes)
 MAX_INPUT_BYTES = 16 * 1024 * 1024
 
@@ -139,15 +154,109 @@ def read_text(path: str, what: str = 'file',
     return decode_text(data, path, what)
 
 
+def _host_tag() -> str:
+    return hashlib.sha256(socket.gethostname().encode()).hexdigest()[:8]
+
+
+def temp_prefix(pid: int | None = None) -> str:
+    """The name prefix of the temporary files of process ``pid`` of this
+    host (default: this process)."""
+    return '%stmp-%s-%d-' % (TEMP_PREFIX, _host_tag(),
+                             os.getpid() if pid is None else pid)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:   # someone else's process: alive
+        return True
+    return True
+
+
+def is_stale_temp(directory: str, name: str, now: float | None = None
+                  ) -> bool:
+    """Whether ``name`` in ``directory`` is a temporary file of
+    :func:`atomic_write` that no write will finish: its writer (on this
+    host) is gone, or, when its writer cannot be asked (another host, or
+    a name of the older form without one), it is older than
+    :data:`STALE_AFTER`. Never one of this process's own."""
+    match = _TEMP_NAME.match(name)
+    if match is None:
+        return False
+    if match.group('pid') is not None and match.group('host') == \
+            _host_tag():
+        pid = int(match.group('pid'))
+        return pid != os.getpid() and not _alive(pid)
+    try:
+        age = (time.time() if now is None else now) - os.lstat(
+            os.path.join(directory, name)).st_mtime
+    except OSError:
+        return False
+    return age > STALE_AFTER
+
+
+def stale_temps(directories: Iterable[str]) -> list[str]:
+    """The stale temporary files (see :func:`is_stale_temp`) in
+    ``directories`` (not below them), sorted; a directory that does not
+    exist has none."""
+    found: list[str] = []
+    now = time.time()
+    for directory in sorted(set(directories)):
+        try:
+            names = os.listdir(directory)
+        except OSError:
+            continue
+        found.extend(os.path.join(directory, name) for name in names
+                     if is_stale_temp(directory, name, now))
+    return sorted(found)
+
+
+def remove_stale_temps(directories: Iterable[str]) -> list[str]:
+    """Remove the stale temporary files in ``directories``, which an
+    interrupted writer (killed, out of disk) left beside its targets.
+
+    :returns: the paths removed.
+    :raises AmdgpuVirtError: one cannot be removed (naming it).
+    """
+    removed = []
+    for path in stale_temps(directories):
+        if remove(path):
+            LOG.info('removed the stale temporary file %s', path)
+            removed.append(path)
+    return removed
+
+
+def remove(path: str) -> bool:
+    """Remove the file ``path``.
+
+    :returns: False when it was gone already.
+    :raises AmdgpuVirtError: it cannot be removed (naming it).
+    """
+    try:
+        os.remove(path)
+    except FileNotFoundError:
+        return False
+    except OSError as err:
+        raise exception.AmdgpuVirtError('cannot remove %s: %s' % (
+            path, err.strerror)) from None
+    return True
+
+
 def atomic_write(path: str, content: str, mode: int = 0o644) -> None:
     """Write ``content`` to ``path`` through a temporary file and a rename.
+
+    The temporary file is named for this host and process, so that a
+    later writer can tell one left by a killed process from one being
+    written (:func:`remove_stale_temps`).
 
     :raises OutputError: naming the path when it cannot be written.
     """
     directory = os.path.dirname(os.path.abspath(path))
     try:
         os.makedirs(directory, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=directory, prefix=TEMP_PREFIX)
+        fd, tmp = tempfile.mkstemp(dir=directory, prefix=temp_prefix())
         try:
             with os.fdopen(fd, 'w', encoding='utf-8') as handle:
                 handle.write(content)

@@ -254,17 +254,19 @@ def load_json(text: str, source: str,
     except ValueError as err:
         raise exception.AmdgpuVirtError(
             '%s is not valid JSON: %s' % (source, err)) from None
-    stack = [(document, 1)]
+    # the mappings and lists only (a large document is mostly scalars):
+    # the depth of a value is that of its innermost collection
+    nested = (dict, list, tuple)
+    stack = [(document, 1)] if isinstance(document, nested) else []
     while stack:
         value, depth = stack.pop()
-        if depth > MAX_DEPTH:
+        items = value.values() if isinstance(value, dict) else value
+        children = [v for v in items if isinstance(v, nested)]
+        if children and depth >= MAX_DEPTH:
             raise exception.AmdgpuVirtError(
                 '%s is not usable JSON: nested deeper than %d levels'
                 % (source, MAX_DEPTH))
-        if isinstance(value, dict):
-            stack.extend((v, depth + 1) for v in value.values())
-        elif isinstance(value, (list, tuple)):
-            stack.extend((v, depth + 1) for v in value)
+        stack.extend((v, depth + 1) for v in children)
     return document
 
 

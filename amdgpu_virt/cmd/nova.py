@@ -213,6 +213,11 @@ class NovaGimConfig(command.Command):
             return 0
         for note in config.notes:
             self.app.stderr.write('note: %s\n' % note)
+        for stale in fileutil.remove_stale_temps({os.path.dirname(
+                os.path.join(parsed_args.output_dir, item.path.lstrip('/')))
+                for item in config.files}):
+            self.app.stderr.write('removed %s (left by an interrupted '
+                                  'run)\n' % stale)
         for item in config.files:
             path = os.path.join(parsed_args.output_dir,
                                 item.path.lstrip('/'))

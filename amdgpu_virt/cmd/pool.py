@@ -99,7 +99,8 @@ class Apply(command.Command):
     """Render, per host, what Nova and Kubernetes need from the ledger.
 
     Files go to OUTPUT_DIR/<host>/ and are written only when their content
-    changes; a second run writes nothing and says so.
+    changes; a second run writes nothing and says so. Temporary files a
+    run killed while writing left there are removed by the next run.
     """
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
@@ -113,8 +114,9 @@ class Apply(command.Command):
                                  '[pool] output_dir, itself '
                                  '"amdgpu-virt-out" by default)')
         parser.add_argument('--dry-run', action='store_true',
-                            help='print the changes as a diff; write '
-                                 'nothing')
+                            help='print the changes as a diff, and the '
+                                 'temporary files an interrupted run left '
+                                 'that a run would remove; write nothing')
         parser.add_argument('--push-flavors', action='store_true',
                             help='also create or update the flavors of '
                                  '[nova] flavors_file (their aliases are '
@@ -173,6 +175,10 @@ class Apply(command.Command):
         if parsed_args.dry_run:
             for diff in report.diffs:
                 out.write(diff)
+        for path in report.stale:
+            out.write('%s %s (left by an interrupted run)\n' % (
+                'would remove' if parsed_args.dry_run else 'removed',
+                os.path.join(output_dir, path)))
         for label, paths in (('wrote', report.written),
                              ('removed', report.removed)):
             for path in paths:

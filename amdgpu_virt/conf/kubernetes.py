@@ -328,6 +328,45 @@ kubernetes_opts: list[cfg.Opt] = [
              'resourceclaimtemplates\n\n'
              'Related options:\n\n'
              '* scheduler_name\n'),
+    cfg.IntOpt(
+        'webhook_max_statements', default=32, min=1, max=1000,
+        help='Most statements of needs (gpu.amd.com/workload and '
+             'workload.gpu.amd.com/<container>) one pod may carry; a pod '
+             'with more is denied before any is read. Each statement is '
+             'also bounded before it is parsed: 512 characters, one flat '
+             'mapping (no nested lists or mappings).\n\n'
+             'Possible values:\n\n'
+             '* 1 to 1000; one per container that gets GPUs\n\n'
+             'Related options:\n\n'
+             '* webhook_max_containers, webhook_review_budget\n'),
+    cfg.IntOpt(
+        'webhook_max_containers', default=64, min=1, max=10000,
+        help='Most containers (init and ephemeral ones included) of a pod '
+             'that asks for AMD GPUs; a larger one is denied before any '
+             'container is looked at.\n\n'
+             'Possible values:\n\n'
+             '* 1 to 10000\n\n'
+             'Related options:\n\n'
+             '* webhook_max_statements\n'),
+    cfg.FloatOpt(
+        'webhook_review_budget', default=5.0, min=0.1, max=30.0,
+        help='Seconds a review may take, from the arrival of its request; '
+             'a review past them denies the pod, saying so (the API server '
+             'gives up at the webhook configuration\'s timeoutSeconds and '
+             'then applies its failurePolicy).\n\n'
+             'Possible values:\n\n'
+             '* 0.1 to 30; below the webhook configuration\'s '
+             'timeoutSeconds (10 in the chart)\n\n'
+             'Related options:\n\n'
+             '* http_handler_timeout\n'),
+    cfg.IntOpt(
+        'webhook_event_queue', default=1024, min=1, max=100000,
+        help='Decision Events (GpuPlacement) the webhook holds for its '
+             'writer thread; a review only queues them, and past this '
+             'many an Event is dropped (counted and logged), since the '
+             'pod\'s annotations carry the same reasons.\n\n'
+             'Possible values:\n\n'
+             '* 1 to 100000\n'),
     cfg.HostAddressOpt(
         'webhook_host', default='0.0.0.0',  # noqa: S104
         help='Address the admission webhook listens on.\n\n'
@@ -362,14 +401,31 @@ kubernetes_opts: list[cfg.Opt] = [
         'http_max_connections', default=1024, min=16, max=65536,
         help='Connections each HTTP server of the Kubernetes side (webhook, '
              'scheduler extender, metrics) holds open at most. At the '
-             'limit, the connection that waited longest without a request '
-             'in progress is closed to admit the new one, so idle clients '
-             'cannot lock out the API server or kube-scheduler.\n\n'
+             'limit, a connection is closed to admit the new one: one that '
+             'never sent a request (a silent or half-done TLS handshake) '
+             'or is idle, the longest waiting first, else one whose '
+             'request arrives slower than http_min_request_rate; never one '
+             'whose request arrives at that pace or is being answered, so '
+             'idle and slow clients cannot lock out the API server or '
+             'kube-scheduler.\n\n'
              'Possible values:\n\n'
              '* 16 to 65536; keep it below the open-file limit of the '
              'process\n\n'
              'Related options:\n\n'
-             '* http_idle_timeout\n'),
+             '* http_max_connections_per_peer, http_min_request_rate, '
+             'http_idle_timeout\n'),
+    cfg.IntOpt(
+        'http_max_connections_per_peer', default=128, min=1, max=65536,
+        help='Connections one client address may hold open on each HTTP '
+             'server; a further one from it is refused at once (it closes '
+             'no other client\'s connection to make room).\n\n'
+             'Possible values:\n\n'
+             '* 1 to 65536; keep it above the connections the API server '
+             '(the webhook\'s client) or kube-scheduler (the extender\'s) '
+             'opens at once, which is at most http_workers plus '
+             'http_max_queue requests at a time\n\n'
+             'Related options:\n\n'
+             '* http_max_connections, http_workers, http_max_queue\n'),
     cfg.IntOpt(
         'http_workers', default=8, min=1, max=256,
         help='Threads that run complete requests in each HTTP server; '
@@ -410,7 +466,19 @@ kubernetes_opts: list[cfg.Opt] = [
              '* 0.1 to 300; the API server gives a webhook at most 30 '
              'seconds in all\n\n'
              'Related options:\n\n'
-             '* http_idle_timeout\n'),
+             '* http_min_request_rate, http_idle_timeout\n'),
+    cfg.IntOpt(
+        'http_min_request_rate', default=4096, min=1, max=1 << 30,
+        help='Bytes a second a request must arrive at, counted from its '
+             'first byte once its first second has passed; a slower '
+             'client gets 408 and is disconnected (one byte now and then '
+             'holds no connection for long), and such a request is the '
+             'first to go when the server is full.\n\n'
+             'Possible values:\n\n'
+             '* 1 to 1073741824; the API server and kube-scheduler send a '
+             'request in one go\n\n'
+             'Related options:\n\n'
+             '* http_request_timeout, http_max_connections\n'),
     cfg.FloatOpt(
         'http_idle_timeout', default=60.0, min=0.1, max=3600.0,
         help='Seconds a kept-alive connection may wait for its next '

@@ -60,12 +60,16 @@ scheduler_opts: list[cfg.Opt] = [
              'Related options:\n\n'
              '* cert_file\n'),
     cfg.HostAddressOpt(
-        'metrics_host', default='0.0.0.0',  # noqa: S104
+        'metrics_host',
         help='Address of the extender\'s second listener, which serves '
              'only GET /healthz, /readyz and /metrics: kubelet probes and '
              'Prometheus reach it on the pod address while the extender '
              'port stays on 127.0.0.1.\n\n'
              'Possible values:\n\n'
+             '* unset (the default): the address in the environment '
+             'variable POD_IP (the chart sets it to the pod\'s IP from the '
+             'downward API), else 127.0.0.1; never every address of the '
+             'host\n'
              '* an IP address or host name\n\n'
              'Related options:\n\n'
              '* metrics_port\n'),

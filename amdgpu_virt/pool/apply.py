@@ -22,7 +22,9 @@ them. Nova's renderers are reached through the small
 Writes are idempotent (a file is written only when its content changes)
 and recorded in ``<output>/.amdgpu-virt-apply.json``, so that a file no
 longer rendered (a host that lost its Nova roles) is removed, and only
-files this command wrote are ever removed.
+files this command wrote are ever removed; the temporary files of a run
+that was killed while writing are removed by the next one (and listed
+by a dry run), never those of a run still writing.
 """
 
 from __future__ import annotations
@@ -141,11 +143,14 @@ class ApplyReport:
     unchanged: list[str] = dataclasses.field(default_factory=list)
     removed: list[str] = dataclasses.field(default_factory=list)
     diffs: list[str] = dataclasses.field(default_factory=list)
+    #: temporary files an interrupted run left (removed, or in a dry run
+    #: to be removed), relative to the output directory
+    stale: list[str] = dataclasses.field(default_factory=list)
     hosts: int = 0
 
     @property
     def changed(self) -> bool:
-        return bool(self.written or self.removed)
+        return bool(self.written or self.removed or self.stale)
 
 
 def _diff(relpath: str, old: str | None, new: str | None) -> str:
@@ -177,30 +182,27 @@ def _write_manifest(output_dir: str, files: set[str]) -> None:
 
 
 def _remove(path: str) -> None:
-    try:
-        os.remove(path)
-    except FileNotFoundError:
-        pass
-    except OSError as err:
-        raise exception.AmdgpuVirtError('cannot remove %s: %s' % (
-            path, err.strerror)) from None
+    fileutil.remove(path)
+
+
+def _directories(output_dir: str, relpaths: Iterable[str]) -> set[str]:
+    """The directories of ``relpaths`` and the output directory: where a
+    run writes, so where an interrupted one leaves temporary files (every
+    file is recorded before it is written)."""
+    root = os.path.abspath(output_dir)
+    directories = {os.path.dirname(os.path.join(root, r)) for r in relpaths}
+    directories.add(root)
+    return directories
 
 
 def _prune(output_dir: str, relpaths: Iterable[str]) -> None:
     """Remove what an interrupted run may have left beside ``relpaths``:
-    temporary files of :func:`fileutil.atomic_write` and directories left
-    empty."""
+    temporary files of :func:`fileutil.atomic_write` whose writer is gone,
+    and directories left empty."""
     root = os.path.abspath(output_dir)
-    directories = {os.path.dirname(os.path.join(root, r)) for r in relpaths}
-    directories.add(root)
+    directories = _directories(output_dir, relpaths)
+    fileutil.remove_stale_temps(directories)
     for directory in sorted(directories, key=len, reverse=True):
-        try:
-            names = os.listdir(directory)
-        except OSError:
-            continue
-        for name in names:
-            if name.startswith(fileutil.TEMP_PREFIX) and name != MANIFEST:
-                _remove(os.path.join(directory, name))
         while directory != root and directory.startswith(root + os.sep):
             try:
                 os.rmdir(directory)   # only when empty
@@ -221,6 +223,10 @@ def apply_files(output_dir: str, rendered: Iterable[OutputFile],
     ones), so the next run removes those it does not render, with the
     temporary files and empty directories an interruption leaves.
 
+    The temporary files an interrupted run left (killed while it wrote
+    a file) go first, before anything is written, so that a run killed in
+    its turn has still removed them; a dry run reports them.
+
     :param scope: which previously written files this run owns (those
         outside it, e.g. other hosts with ``--host``, are left alone).
     :param dry_run: compute the report and the diffs, write nothing.
@@ -230,6 +236,11 @@ def apply_files(output_dir: str, rendered: Iterable[OutputFile],
     previous = _load_manifest(output_dir)
     items = sorted(rendered)
     current = {item.relpath for item in items}
+    root = os.path.abspath(output_dir)
+    directories = _directories(output_dir, previous | current)
+    stale = fileutil.stale_temps(directories) if dry_run else \
+        fileutil.remove_stale_temps(directories)
+    report.stale = [os.path.relpath(path, root) for path in stale]
     recorded = previous
     if not dry_run and not current <= previous:
         # write-ahead: a file is recorded before it exists

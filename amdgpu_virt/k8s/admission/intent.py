@@ -88,8 +88,13 @@ WEBHOOK_PREFIXES = (DECISION_PREFIX, REASON_PREFIX)
 PREFIXES = (CONTAINER_PREFIX,) + WEBHOOK_PREFIXES
 
 FIELDS = ('gpus', 'memory', 'compute', 'tenancy', 'sensitivity', 'p2p')
-#: Longest annotation value read (a spec is a few dozen characters).
-MAX_LENGTH = 2048
+#: Longest statement read, in characters (the longest sensible one, every
+#: field given, is about a hundred); checked before it is parsed.
+MAX_LENGTH = 512
+#: Flow collections (``{...}``, ``[...]``) a statement may hold: its own
+#: braces, nothing nested (a statement is one mapping of scalars);
+#: checked on the text before it is parsed.
+MAX_FLOW = 1
 SLICE = 'cu-slice'
 WHOLE = 'whole'
 #: DeviceClasses of the DRA driver: whole GPUs, and CU shares.
@@ -230,17 +235,16 @@ def claim_name(container: str | None) -> str:
         container.encode('utf-8', 'replace')).hexdigest()[:16])
 
 
-def parse(value: Any, where: str, key: str = ANNOTATION) -> dict[str, Any]:
-    """The fields of an intent annotation value.
+def _text(value: Any, where: str, key: str) -> str:
+    """The statement's text, within its bounds, ready to parse.
 
-    :param where: names the pod in errors.
-    :param key: the annotation that holds ``value`` (named in errors).
-    :raises WorkloadSpecError: not a string, too long, not a mapping, an
-        alias (YAML anchors are refused: no alias bombs) or unknown fields.
+    :raises WorkloadSpecError: not a string, longer than
+        :data:`MAX_LENGTH`, or nesting flow collections (counted on the
+        text: nothing is parsed yet).
     """
     if not isinstance(value, str):
         raise exception.WorkloadSpecError(where, [
-            '%s: %r is not a string' % (key, value)])
+            '%s: %.80r is not a string' % (key, value)])
     if len(value) > MAX_LENGTH:
         raise exception.WorkloadSpecError(where, [
             '%s: %d characters, at most %d are read' % (
@@ -249,6 +253,29 @@ def parse(value: Any, where: str, key: str = ANNOTATION) -> dict[str, Any]:
     if not text.startswith(('{', '[')) and ':' in text and \
             '\n' not in text:
         text = '{%s}' % text
+    flow = max(text.count('{'), text.count('}')) + text.count('[') + \
+        text.count(']')
+    if flow > MAX_FLOW:
+        raise exception.WorkloadSpecError(where, [
+            '%s: nested: a statement is one mapping of plain values such '
+            'as "memory: 20GiB, compute: 25%%", without lists or inner '
+            'mappings' % key])
+    return text
+
+
+def parse(value: Any, where: str, key: str = ANNOTATION) -> dict[str, Any]:
+    """The fields of an intent annotation value.
+
+    Its size and nesting are bounded before it is parsed (see
+    :func:`_text`), so a crafted statement costs no more than a plain one.
+
+    :param where: names the pod in errors.
+    :param key: the annotation that holds ``value`` (named in errors).
+    :raises WorkloadSpecError: not a string, too long, nested, not a
+        mapping of plain values, an alias (YAML anchors are refused: no
+        alias bombs) or unknown fields.
+    """
+    text = _text(value, where, key)
     try:
         for event in yaml.parse(text, Loader=yaml.SafeLoader):
             if isinstance(event, yaml.AliasEvent):
@@ -266,11 +293,17 @@ def parse(value: Any, where: str, key: str = ANNOTATION) -> dict[str, Any]:
         raise exception.WorkloadSpecError(where, [
             '%s: expected a mapping such as "memory: 20GiB, compute: 25%%"'
             % key])
-    unknown = sorted(str(k) for k in raw if k not in FIELDS)
+    unknown = sorted(str(k)[:64] for k in raw if k not in FIELDS)
     if unknown:
         raise exception.WorkloadSpecError(where, [
             '%s: unknown field(s) %s; a pod may state: %s' % (
-                key, ', '.join(unknown), ', '.join(FIELDS))])
+                key, ', '.join(unknown[:8]), ', '.join(FIELDS))])
+    nested = sorted(str(k) for k, v in raw.items()
+                    if isinstance(v, (Mapping, list)))
+    if nested:
+        raise exception.WorkloadSpecError(where, [
+            '%s: %s: a plain value is expected, not a list or a mapping'
+            % (key, ', '.join(nested))])
     return dict(raw)
 
 
@@ -308,23 +341,44 @@ def levels_from_registrations(devices: Iterable[hami.DeviceInfo]
     return {name: frozenset(found) for name, found in levels.items()}
 
 
+#: (type, CUs, MiB, CU allocation unit) of a GPU shape
+ShapeKey = tuple[str, int, int, int]
+
+
+def shape_key(device: hami.DeviceInfo) -> ShapeKey | None:
+    """The shape of a registered device (None: it registers no CUs or no
+    memory, so nothing can be placed on it)."""
+    if device.devcore <= 0 or device.devmem <= 0:
+        return None
+    return device.type, device.devcore, device.devmem, device.cu_unit
+
+
+def model_of(key: ShapeKey) -> GpuModel:
+    """The model the policy engine judges for a shape."""
+    kind, cores, mib, unit = key
+    return GpuModel(name=kind or 'unnamed', product_name=kind,
+                    pf_device_id=0, compute_units=cores, vram_mib=mib,
+                    cu_alloc_unit=unit, known=False)
+
+
 def models_from_registrations(devices: Iterable[hami.DeviceInfo]
                               ) -> tuple[GpuModel, ...]:
     """One model per GPU shape the cluster registers (type, CUs, MiB,
     allocation unit): what the extender can hand out, partitions
     included."""
-    shapes: dict[tuple[str, int, int, int], GpuModel] = {}
-    for device in devices:
-        if device.devcore <= 0 or device.devmem <= 0:
-            continue
-        key = (device.type, device.devcore, device.devmem, device.cu_unit)
-        if key not in shapes:
-            shapes[key] = GpuModel(
-                name=device.type or 'unnamed', product_name=device.type,
-                pf_device_id=0, compute_units=device.devcore,
-                vram_mib=device.devmem, cu_alloc_unit=device.cu_unit,
-                known=False)
-    return tuple(shapes[k] for k in sorted(shapes))
+    keys = {key for key in map(shape_key, devices) if key is not None}
+    return tuple(model_of(key) for key in sorted(keys))
+
+
+def most_per_node(nodes: Iterable[Mapping[ShapeKey, int]]
+                  ) -> dict[GpuModel, int]:
+    """Per model, the most GPUs of its shape one node registers (from
+    each node's count of GPUs by shape): the most one pod can be given."""
+    most: dict[ShapeKey, int] = {}
+    for counts in nodes:
+        for key, count in counts.items():
+            most[key] = max(most.get(key, 0), count)
+    return {model_of(key): count for key, count in most.items()}
 
 
 def workload(raw: Mapping[str, Any], name: str, isolated: str | None,
@@ -381,21 +435,45 @@ def _tightest(trail: Sequence[Verdict], options: Sequence[base.Option]
     return '; '.join(parts)
 
 
+def _too_few(w: Workload, models: Sequence[GpuModel],
+             most: Mapping[GpuModel, int]) -> str | None:
+    """Why no node holds the ``gpus`` ``w`` asks for, on any of
+    ``models`` (None: some node may)."""
+    if any(most.get(m, w.gpus) >= w.gpus for m in models):
+        return None
+    counts = sorted({(m.name, most[m]) for m in models},
+                    key=lambda item: (-item[1], item[0]))
+    return ('[gpus] requested %d GPUs for one pod, but no node registers '
+            'more than %d GPUs of one shape (%s); a pod\'s GPUs are all on '
+            'its node' % (w.gpus, counts[0][1], ', '.join(
+                '%s: %d' % item for item in counts[:4])))
+
+
 def decide(w: Workload, models: Sequence[GpuModel],
            engine: policy_engine.Engine, memory: MemoryRule | None = None,
-           levels: Mapping[str, frozenset[enforcement.Level]] | None = None
-           ) -> IntentDecision:
+           levels: Mapping[str, frozenset[enforcement.Level]] | None = None,
+           most: Mapping[GpuModel, int] | None = None) -> IntentDecision:
     """Whole GPUs or a CU slice for ``w`` on a cluster of ``models``.
 
     :param memory: what the pod's namespace requires of a slice's memory
         enforcement: a slice only on the models some GPU of which
         registers a level that meets it (``levels``, by model name).
+    :param most: per model, the most GPUs of it one node registers; a
+        model with fewer than the ``gpus`` ``w`` asks for cannot hold it,
+        as one whose GPUs are too small cannot (absent: not bounded).
     :returns: a placed decision with the limits to set, or never-fits
         with the tightest reason.
     """
     if not models:
         return IntentDecision(Code.NEVER, 'the cluster registers no AMD '
                               'GPU in %s' % hami.NODE_REGISTER)
+    named = {m.name for m in models}
+    if most:
+        refusal = _too_few(w, models, most)
+        if refusal is not None:
+            return IntentDecision(Code.NEVER, 'fits no node of the '
+                                  'cluster: %s' % refusal)
+        models = [m for m in models if most.get(m, w.gpus) >= w.gpus]
     options = [base.Option(kind, model) for model in models
                for kind in (Kind.DEDICATED, Kind.CU)]
     judgement = engine.judge(w, options)
@@ -425,7 +503,7 @@ def decide(w: Workload, models: Sequence[GpuModel],
             trail = trail + (Verdict('memory', Kind.CU, False, weak),)
         slice_models = kept
     everywhere = {m.name for m in slice_models} == fitting
-    use_types = () if fitting == {m.name for m in models} else \
+    use_types = () if fitting == named else \
         tuple(sorted(fitting))
     limits = {hami.RESOURCE_GPU: str(w.gpus)}
     if slice_models and everywhere:

@@ -11,6 +11,7 @@ pod's stated needs into resources (:class:`IntentPolicy`, applied by
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Callable
 from collections.abc import Mapping
 from collections.abc import Sequence
@@ -59,6 +60,36 @@ class IntentPolicy:
     #: (for namespaces that require one); None: not known
     levels: Callable[[], Mapping[str, frozenset[enforcement.Level]]] \
         | None = None
+    #: per model, the most GPUs of it one node registers (the bound of a
+    #: statement's ``gpus``); None: not bounded
+    most: Callable[[], Mapping[GpuModel, int]] | None = None
+    #: most statements of needs one pod may carry (the pod-level form and
+    #: the per-container ones), counted before any is read
+    max_statements: int = 32
+
+
+@dataclasses.dataclass(frozen=True)
+class Budget:
+    """The time a review may take: it ends at ``deadline`` (monotonic
+    seconds), ``seconds`` after its request arrived."""
+
+    deadline: float
+    seconds: float
+
+    @classmethod
+    def starting(cls, start: float, seconds: float) -> Budget:
+        return cls(start + seconds, seconds)
+
+    def check(self, where: str) -> None:
+        """:raises ReviewBudgetExceeded: the budget is spent (``where``
+        says what the review was doing)."""
+        if time.monotonic() > self.deadline:
+            raise exception.ReviewBudgetExceeded(seconds=self.seconds,
+                                                 where=where)
+
+
+#: a review without a time bound (direct calls, tests)
+UNBOUNDED = Budget(float('inf'), float('inf'))
 
 
 def containers(spec: Mapping[str, Any],

@@ -21,7 +21,9 @@ from typing import Any
 from amdgpu_virt import exception
 from amdgpu_virt.k8s.admission import intent as pod_intent
 from amdgpu_virt.k8s.admission import rules as admission
+from amdgpu_virt.model import GpuModel
 from amdgpu_virt.policy.decision import Code
+from amdgpu_virt.sharing import enforcement
 from amdgpu_virt.sharing import hami
 
 
@@ -83,6 +85,43 @@ def _add_claim(pod: dict[str, Any], target: dict[str, Any],
                for u in uses):
         uses.append({'name': chosen.claim})
     return True
+
+
+@dataclasses.dataclass(frozen=True)
+class DecisionEvent:
+    """One Event recording a pod's decision.
+
+    :ivar key: what makes a retried request write it once.
+    :ivar field_path: the container it is for (None: several, or the
+        pod).
+    """
+
+    key: str
+    message: str
+    field_path: str | None
+
+
+def decision_events(decisions: Sequence[ContainerDecision], uid: str
+                    ) -> list[DecisionEvent]:
+    """One Event per distinct decision of a pod (containers with the same
+    needs share one), keyed by the admission request's ``uid``."""
+    groups: dict[str, list[ContainerDecision]] = {}
+    for one in decisions:
+        groups.setdefault(one.decision.reason, []).append(one)
+    events = []
+    for reason, group in groups.items():
+        first = group[0]
+        if len(group) == 1 and first.pod_level:
+            events.append(DecisionEvent(uid, reason, first.field_path))
+        elif len(group) == 1:
+            events.append(DecisionEvent('%s/%s' % (uid, first.container),
+                                        first.message, first.field_path))
+        else:
+            names = [one.container for one in group]
+            events.append(DecisionEvent(
+                '%s/%s' % (uid, ','.join(names)), 'containers %s: %s' % (
+                    _few([repr(n) for n in names]), reason), None))
+    return events
 
 
 def _targets(spec: Mapping[str, Any], annotations: Mapping[str, Any],
@@ -151,26 +190,57 @@ def _few(items: Sequence[str], most: int = 8, width: int = 80) -> str:
     return ', '.join(shown)
 
 
-def _judge(statement: pod_intent.Statement, where: str,
-           isolated: str | None, intent: admission.IntentPolicy,
-           memo: dict[str, pod_intent.IntentDecision],
-           memory: pod_intent.MemoryRule | None = None
-           ) -> pod_intent.IntentDecision | str:
-    """The decision on one statement, or the reason it is refused (the
-    same needs stated for several containers are judged once)."""
-    try:
-        raw = pod_intent.parse(statement.value, where, statement.key)
-        workload = pod_intent.workload(raw, 'pod', isolated, statement.key)
-    except exception.WorkloadSpecError as err:
-        return '; '.join(err.problems)
-    key = json.dumps(raw, sort_keys=True, default=str)
-    if key not in memo:
-        memo[key] = pod_intent.decide(
-            workload, intent.models(), intent.engine, memory,
-            intent.levels() if memory is not None and intent.levels
-            is not None else None)
-    decision = memo[key]
-    return decision if decision.code is Code.PLACED else decision.reason
+@dataclasses.dataclass
+class _Judge:
+    """Judges the statements of one pod: the cluster's shapes (and the
+    levels its GPUs enforce, for a namespace that requires one) are read
+    once, and the same needs stated for several containers are judged
+    once."""
+
+    intent: admission.IntentPolicy
+    where: str
+    isolated: str | None
+    memory: pod_intent.MemoryRule | None = None
+    memo: dict[str, pod_intent.IntentDecision] = dataclasses.field(
+        default_factory=dict)
+    shapes: tuple[Sequence[GpuModel], Mapping[GpuModel, int],
+                  Mapping[str, frozenset[enforcement.Level]] | None] \
+        | None = None
+
+    def _shapes(self) -> tuple[Sequence[GpuModel], Mapping[GpuModel, int],
+                               Mapping[str, frozenset[enforcement.Level]]
+                               | None]:
+        if self.shapes is None:
+            most = self.intent.most() if self.intent.most is not None \
+                else {}
+            levels = self.intent.levels() if self.memory is not None and \
+                self.intent.levels is not None else None
+            self.shapes = (self.intent.models(), most, levels)
+        return self.shapes
+
+    def __call__(self, statement: pod_intent.Statement
+                 ) -> pod_intent.IntentDecision | str:
+        """The decision on one statement, or the reason it is refused.
+
+        :raises ClusterShapesUnknown: the cluster's GPU shapes cannot be
+            read.
+        """
+        try:
+            raw = pod_intent.parse(statement.value, self.where,
+                                   statement.key)
+            workload = pod_intent.workload(raw, 'pod', self.isolated,
+                                           statement.key)
+        except exception.WorkloadSpecError as err:
+            return '; '.join(err.problems)
+        key = json.dumps(raw, sort_keys=True, default=str)
+        if key not in self.memo:
+            models, most, levels = self._shapes()
+            self.memo[key] = pod_intent.decide(
+                workload, models, self.intent.engine, memory=self.memory,
+                levels=levels, most=most)
+        decision = self.memo[key]
+        return decision if decision.code is Code.PLACED else \
+            decision.reason
 
 
 def _use_types(chosen: Sequence[ContainerDecision], problems: list[str]
@@ -196,19 +266,23 @@ def _use_types(chosen: Sequence[ContainerDecision], problems: list[str]
 
 
 def apply_intent(pod: dict[str, Any], namespace: str, name: str,
-                  isolated: str | None, intent: admission.IntentPolicy | None,
-                  problems: list[str],
-                  memory: pod_intent.MemoryRule | None = None
-                  ) -> list[ContainerDecision]:
+                 isolated: str | None, intent: admission.IntentPolicy | None,
+                 problems: list[str],
+                 memory: pod_intent.MemoryRule | None = None,
+                 budget: admission.Budget = admission.UNBOUNDED
+                 ) -> list[ContainerDecision]:
     """Set the limits the policy chooses for the stated needs (in place):
     the pod-level form for its one container, and each per-container
     form for the container it names.
 
+    At most ``intent.max_statements`` statements are read: a pod with
+    more is refused before any is parsed.
+
     :param memory: what the namespace requires of a slice's memory
         enforcement (its label).
-
     :returns: the decisions (empty: no needs stated, or refused; the
         reasons, each naming its container, are in ``problems``).
+    :raises ReviewBudgetExceeded: ``budget`` ran out.
     """
     annotations = (pod.get('metadata') or {}).get('annotations') or {}
     where = 'pod %s/%s' % (namespace, name)
@@ -219,23 +293,36 @@ def apply_intent(pod: dict[str, Any], namespace: str, name: str,
     if stray:
         problems.append('metadata.annotations[%s]: written by the webhook '
                         'only, for the needs a pod states in %s or %s<name>'
-                        % (', '.join(stray), pod_intent.ANNOTATION,
+                        % (_few(stray), pod_intent.ANNOTATION,
                            pod_intent.CONTAINER_PREFIX))
     if not stated:
         return []
     if intent is None:
         problems.append('metadata.annotations[%s]: this webhook does not '
                         'translate stated needs (no policy engine)'
-                        % ', '.join(sorted(keys)))
+                        % _few(sorted(keys)))
+        return []
+    if len(stated) > intent.max_statements:
+        problems.append('metadata.annotations[%s]: %d statements of needs; '
+                        'a pod may carry at most %d (one per container '
+                        'that gets GPUs)' % (_few([s.key for s in stated]),
+                                             len(stated),
+                                             intent.max_statements))
         return []
     spec = pod.get('spec') or {}
     failed = len(problems)
     targets = _targets(spec, annotations, stated, problems)
     chosen: list[ContainerDecision] = []
-    memo: dict[str, pod_intent.IntentDecision] = {}
+    judge = _Judge(intent, where, isolated, memory)
     for statement, path, target in targets:
+        budget.check('judging %s' % statement.key)
         container = str(target.get('name', '?'))
-        judged = _judge(statement, where, isolated, intent, memo, memory)
+        try:
+            judged = judge(statement)
+        except exception.ClusterShapesUnknown as err:
+            problems.append('metadata.annotations[%s]: cannot be judged: %s'
+                            % (statement.key, err))
+            return []
         if isinstance(judged, str):
             problems.append('container %r: metadata.annotations[%s]: %s' % (
                 container, statement.key, judged))

@@ -18,8 +18,9 @@ its needs in ``gpu.amd.com/workload`` or per container in
   in ``gpu.amd.com/decision`` and ``gpu.amd.com/decision-reason`` (per
   container: ``decision.gpu.amd.com/<container>`` and
   ``decision-reason.gpu.amd.com/<container>``) and an Event per
-  container, and denies a need that fits no GPU of the cluster with the
-  tightest reason, naming the container;
+  distinct decision (written off the admission path), and denies a need
+  that fits no GPU of the cluster, or more GPUs than any node has, with
+  the tightest reason, naming the container;
 * denies privileged containers (they see every GPU), a preset
   ``spec.nodeName`` (it would bypass the extender), ``amd.com/gpucores``
   that is not an integer in 1..100, a non-integer ``amd.com/gpu`` or
@@ -49,8 +50,14 @@ included) it denies an added ephemeral container that asks for
 ``amd.com/*`` or, on a GPU pod, sets the device plugin's variables or
 runs privileged. Every denial names the container and the field.
 
+What one pod makes a review do is bounded before anything is parsed
+(containers, statements, their size and nesting), and a review past its
+time budget (:class:`~amdgpu_virt.k8s.admission.rules.Budget`, from its
+request's first byte) denies the pod, saying so.
+
 :func:`make_server` serves it over HTTP(S) with ``/healthz`` and
-``/readyz``.
+``/readyz`` (ready once its helpers are: the watch of the nodes' GPU
+shapes has listed them).
 """
 
 from __future__ import annotations
@@ -62,9 +69,12 @@ import http.server
 import json
 import logging
 import ssl
+import time
+import typing
 from collections.abc import Callable
 from collections.abc import Mapping
 from typing import Any
+from typing import Protocol
 
 import jsonpatch
 from kubernetes import client as k8s_client_lib
@@ -74,8 +84,10 @@ from amdgpu_virt.k8s.admission import intent as pod_intent
 from amdgpu_virt.k8s.admission import rules as admission
 from amdgpu_virt.k8s.admission import stated
 from amdgpu_virt.k8s.admission import webhookapi
+from amdgpu_virt.k8s.api import httpbody
 from amdgpu_virt.k8s.api import httpserver
 from amdgpu_virt.k8s.api import namespaces
+from amdgpu_virt.k8s.api import tls as api_tls
 from amdgpu_virt.policy import engine as policy_engine
 from amdgpu_virt.sharing import hami
 
@@ -112,6 +124,12 @@ class WebhookPolicy:
     exempt_namespaces: frozenset[str] = frozenset()
     allocation_writers: frozenset[str] = frozenset(
         DEFAULT_ALLOCATION_WRITERS)
+    #: most containers (init and ephemeral included) of a pod that asks
+    #: for GPUs, counted before any is looked at
+    max_containers: int = 64
+    #: seconds a review may take from its request's arrival; past them
+    #: the pod is denied (the API server waits at most timeoutSeconds)
+    review_budget: float = 5.0
 
     @classmethod
     def from_conf(cls, conf: Any) -> WebhookPolicy:
@@ -132,7 +150,9 @@ class WebhookPolicy:
                    exempt_namespaces=frozenset(
                        group.webhook_exempt_namespaces),
                    allocation_writers=frozenset(
-                       group.webhook_allocation_writers))
+                       group.webhook_allocation_writers),
+                   max_containers=group.webhook_max_containers,
+                   review_budget=group.webhook_review_budget)
 
 
 def _response(uid: str, allowed: bool, message: str | None = None,
@@ -171,7 +191,9 @@ def _field(container: Mapping[str, Any], field: str) -> Any:
 def review(admission_review: Mapping[str, Any], policy: WebhookPolicy,
            namespace_labels: Mapping[str, str] | None = None,
            intent: admission.IntentPolicy | None = None,
-           events: EventSink | None = None) -> dict[str, Any]:
+           events: EventSink | None = None,
+           budget: admission.Budget = admission.UNBOUNDED
+           ) -> dict[str, Any]:
     """Decide on one AdmissionReview.
 
     :param admission_review: the ``admission.k8s.io/v1`` AdmissionReview.
@@ -180,11 +202,49 @@ def review(admission_review: Mapping[str, Any], policy: WebhookPolicy,
         treated as not isolated).
     :param intent: the policy that turns ``gpu.amd.com/workload`` into
         resources (None: such pods are denied).
-    :param events: records an intent decision (not on dry runs).
+    :param events: records an intent decision (not on dry runs), one per
+        distinct decision of the pod.
+    :param budget: when the answer is due; a review that runs out of it
+        denies the pod, saying so.
     :returns: the AdmissionReview carrying the response.
     :raises AdmissionReviewError: the review is malformed (naming the
         field).
     """
+    try:
+        return _review(admission_review, policy, namespace_labels, intent,
+                       events, budget)
+    except exception.ReviewBudgetExceeded as err:
+        request = admission_review.get('request') or {}
+        pod = request.get('object') or {}
+        meta = (pod.get('metadata') or {}) if isinstance(pod, Mapping) \
+            else {}
+        message = 'pod %s/%s denied: %s; a pod this large cannot be ' \
+            'judged in time (make it smaller: fewer containers, ' \
+            'statements or variables)' % (
+                request.get('namespace') or meta.get('namespace', ''),
+                meta.get('name') or meta.get('generateName', '?'), err)
+        LOG.warning('%s', message)
+        return _response(str(request.get('uid', '')), False, message)
+
+
+def _containers_over(pod: Mapping[str, Any], most: int) -> int | None:
+    """How many containers ``pod`` has, when more than ``most`` (list
+    lengths only: nothing is looked at)."""
+    spec = pod.get('spec')
+    if not isinstance(spec, Mapping):
+        return None
+    count = sum(len(items) for items in (
+        spec.get(field) for field in ('initContainers', 'containers',
+                                      'ephemeralContainers'))
+        if isinstance(items, list))
+    return count if count > most else None
+
+
+def _review(admission_review: Mapping[str, Any], policy: WebhookPolicy,
+            namespace_labels: Mapping[str, str] | None,
+            intent: admission.IntentPolicy | None,
+            events: EventSink | None,
+            budget: admission.Budget) -> dict[str, Any]:
     if not isinstance(admission_review, Mapping):
         raise exception.AdmissionReviewError(field='(body)',
                                              reason='not a JSON object')
@@ -220,6 +280,13 @@ def review(admission_review: Mapping[str, Any], policy: WebhookPolicy,
         return _response(uid, True)
     user = admission.username(request)
     writer = user in policy.allocation_writers
+    many = _containers_over(pod, policy.max_containers)
+    if many is not None and admission.is_gpu_pod(pod):
+        message = ('pod %s/%s denied: %d containers (init and ephemeral '
+                   'ones included); a pod with AMD GPUs may have at most %d'
+                   % (namespace, name, many, policy.max_containers))
+        LOG.info('%s', message)
+        return _response(uid, False, message)
     if operation == 'UPDATE':
         old = request.get('oldObject')
         if not isinstance(old, Mapping):
@@ -261,7 +328,7 @@ def review(admission_review: Mapping[str, Any], policy: WebhookPolicy,
     mutated = copy.deepcopy(dict(pod))
     decisions = stated.apply_intent(
         mutated, namespace, name, isolated, intent, problems,
-        pod_intent.memory_rule(namespace, namespace_labels))
+        pod_intent.memory_rule(namespace, namespace_labels), budget)
     mspec = mutated.get('spec') or {}
     containers = admission.containers(mspec)
     managed = set(policy.managed_resources)
@@ -288,6 +355,7 @@ def review(admission_review: Mapping[str, Any], policy: WebhookPolicy,
             'resources must be placed by scheduler %r' % (spec['nodeName'],
                                                policy.scheduler_name))
     for where, container in containers:
+        budget.check('checking %s' % where)
         limits, requests = wanted[where]
         problems.extend(admission.container_problems(
             where, container, limits, requests, isolated))
@@ -314,6 +382,7 @@ def review(admission_review: Mapping[str, Any], policy: WebhookPolicy,
         templates = {t['metadata']['name']: t for t in (
             pod_intent.claim_template(d.decision) for d in decisions)}
         for template_name, template in sorted(templates.items()):
+            budget.check('writing ResourceClaimTemplate %s' % template_name)
             try:
                 intent.templates(namespace, template)
             except exception.AmdgpuVirtError as err:
@@ -323,15 +392,13 @@ def review(admission_review: Mapping[str, Any], policy: WebhookPolicy,
                                err))
                 LOG.warning('%s', message)
                 return _response(uid, False, message)
+    budget.check('making the patch')
     patch = jsonpatch.make_patch(dict(pod), mutated).patch
-    for one in decisions:
-        LOG.info('pod %s/%s: %s', namespace, name, one.message)
+    for event in stated.decision_events(decisions, uid):
+        LOG.info('pod %s/%s: %s', namespace, name, event.message)
         if events is not None and not request.get('dryRun'):
-            # the pod-level form keeps its one Event per request
-            events(namespace, str(name), uid if one.pod_level else
-                   '%s/%s' % (uid, one.container),
-                   one.decision.reason if one.pod_level else one.message,
-                   one.field_path)
+            events(namespace, str(name), event.key, event.message,
+                   event.field_path)
     if not patch:
         return _response(uid, True)
     LOG.info('pod %s/%s: schedulerName set to %s', namespace, name,
@@ -357,8 +424,16 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.wfile.write(data)
 
     def do_GET(self) -> None:
-        if self.path in ('/healthz', '/readyz'):
+        if self.path == '/healthz':
             self._send(200, {'status': 'ok'})
+        elif self.path == '/readyz':
+            waiting = [helper.name for helper in self.server.helpers
+                       if not helper.ready]
+            if waiting:
+                self._send(503, {'status': 'not ready: %s'
+                                 % ', '.join(waiting)})
+            else:
+                self._send(200, {'status': 'ok'})
         else:
             self._send(404, {'error': 'no such path %s' % self.path})
 
@@ -366,8 +441,11 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if self.path.split('?')[0] not in ('/webhook', '/mutate'):
             self._send(404, {'error': 'no such path %s' % self.path})
             return
+        budget = admission.Budget.starting(
+            getattr(self, 'received_at', time.monotonic()),
+            self.server.policy.review_budget)
         try:
-            body = httpserver.read_json(self)
+            body = httpbody.read_json(self)
             labels = None
             request = body.get('request') if isinstance(body, dict) else None
             namespace = request.get('namespace') if isinstance(
@@ -386,7 +464,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                         '(%s); cannot check GPU tenancy' % (namespace, err)))
                     return
             self._send(200, review(body, self.server.policy, labels,
-                                   self.server.intent, self.server.events))
+                                   self.server.intent, self.server.events,
+                                   budget))
         except (ValueError, exception.AdmissionReviewError,
                 exception.HttpRequestError) as err:
             self._send(400, {'error': str(err)})
@@ -395,11 +474,41 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self._send(500, {'error': 'internal error: %s' % err})
 
 
+@typing.runtime_checkable
+class Helper(Protocol):
+    """Something the webhook runs beside its server (a watch, a writer
+    thread): started and stopped with it, and the webhook is ready once
+    every helper is."""
+
+    name: str
+
+    @property
+    def ready(self) -> bool:
+        """Whether it is ready to serve reviews."""
+
+    def start(self) -> Any:
+        """Start its threads."""
+
+    def stop(self) -> None:
+        """Stop them."""
+
+
 class _WebhookServer(httpserver.Server):
     policy: WebhookPolicy
     namespace_labels: NamespaceLabels | None
     intent: admission.IntentPolicy | None
     events: EventSink | None
+    helpers: tuple[Helper, ...] = ()
+
+    def serve_forever(self) -> None:
+        """Start the helpers, serve until :meth:`shutdown`, stop them."""
+        for helper in self.helpers:
+            helper.start()
+        try:
+            super().serve_forever()
+        finally:
+            for helper in self.helpers:
+                helper.stop()
 
 
 def make_server(policy: WebhookPolicy, host: str = '127.0.0.1',
@@ -419,11 +528,12 @@ def make_server(policy: WebhookPolicy, host: str = '127.0.0.1',
         such pods are denied).
     :param events: records intent decisions as Events.
     :param cert_file: serve HTTPS with this certificate and ``key_file``,
-        reloaded when they change (:class:`.httpserver.TlsFiles`).
+        reloaded when they change
+        (:class:`amdgpu_virt.k8s.api.tls.TlsFiles`).
     :raises ConfigError: the certificate does not load.
     :raises OSError: the address cannot be bound.
     """
-    tls = httpserver.TlsFiles(
+    tls = api_tls.TlsFiles(
         cert_file, key_file or cert_file,
         option='[kubernetes] webhook_cert_file/webhook_key_file') \
         if cert_file else None
@@ -433,6 +543,11 @@ def make_server(policy: WebhookPolicy, host: str = '127.0.0.1',
     server.namespace_labels = namespace_labels
     server.intent = intent
     server.events = events
+    helpers: list[Helper] = []
+    for helper in (intent.models if intent else None, events):
+        if isinstance(helper, Helper):
+            helpers.append(helper)
+    server.helpers = tuple(helpers)
     return server
 
 
@@ -468,8 +583,11 @@ def from_conf(conf: Any, core_api: Any | None = None) -> _WebhookServer:
                 templates=webhookapi.ClaimTemplates(
                     k8s_client_lib.ResourceV1Api(
                         getattr(core_api, 'api_client', None))),
-                levels=models.levels),
-            events=webhookapi.EventRecorder(core_api),
+                levels=models.levels,
+                most=models.most,
+                max_statements=group.webhook_max_statements),
+            events=webhookapi.EventRecorder(
+                core_api, queue_size=group.webhook_event_queue),
             cert_file=group.webhook_cert_file,
             key_file=group.webhook_key_file,
             limits=httpserver.Limits.from_conf(conf))

@@ -9,77 +9,85 @@ the server assumes hostile clients:
   (``StreamWriter.start_tls``) with its own timeout, never in the accept
   path;
 * a request (its head and body) must arrive within ``request_timeout``
-  seconds of its first byte, the next request on a kept-alive connection
-  must start within ``idle_timeout``; heads are capped at
-  ``max_header_bytes`` (431), bodies at ``max_body_bytes`` (413, before
-  the body is read), chunked bodies are refused (411);
-* at ``max_connections`` the connection that waited longest without a
-  request in progress is closed to make room for the new one, so a flood
-  of idle connections cannot lock a real client out;
+  seconds of its first byte and, after the first ``request_grace``
+  seconds, at ``min_request_rate`` bytes a second at least (counted from
+  its first byte): a slower client gets 408 and is disconnected; the next
+  request on a kept-alive connection must start within ``idle_timeout``;
+  heads are capped at ``max_header_bytes`` (431), bodies at
+  ``max_body_bytes`` (413, before the body is read), chunked bodies are
+  refused (411);
+* one address holds at most ``max_connections_per_peer`` connections; at
+  ``max_connections`` a connection is closed to make room for a new one
+  as :mod:`amdgpu_virt.k8s.api.connpolicy` chooses (a silent or idle one
+  first, then one reading slower than the floor; never one whose request
+  arrives at a sensible pace, nor one being answered), so neither a flood
+  of idle connections nor a slow client can lock a real client out;
 * complete requests run in a pool of ``workers`` threads; with every
   worker busy and ``max_queue`` requests waiting, a request is answered
   503 at once; a handler that takes longer than ``handler_timeout`` gets
-  its client a 503 (the thread finishes on its own);
+  its client a 503 (the thread finishes on its own); a handler sees when
+  its request's first byte arrived (``handler.received_at``, monotonic),
+  so it can answer within a budget of its own;
 * the answer is written within ``write_timeout``.
 
 The handlers stay ``http.server.BaseHTTPRequestHandler`` subclasses
 (``do_GET``/``do_POST``): each complete request is replayed to a handler
 from memory and its answer collected from memory, so no handler ever reads
-from a socket. An exception escaping a handler answers 500 without
-detail (it is logged).
+from a socket (its JSON body: :mod:`amdgpu_virt.k8s.api.httpbody`). An
+exception escaping a handler answers 500 without detail (it is logged).
 
-TLS: :class:`TlsFiles` holds the PEM files and rebuilds its
-``SSLContext`` when a file changes (a rotated Kubernetes secret), for new
-connections, with no restart; a set that does not load (half-written
-during a rotation) is logged and the previous context kept. With a client
-CA file, clients must present a certificate signed by it.
+TLS: :class:`~amdgpu_virt.k8s.api.tls.TlsFiles` holds the PEM files and
+rebuilds its ``SSLContext`` when a file changes (a rotated Kubernetes
+secret), for new connections, with no restart; a set that does not load
+(half-written during a rotation) is logged and the previous context kept.
+With a client CA file, clients must present a certificate signed by it.
 
-Why not an existing server library: ``cheroot`` performs the TLS
-handshake in its connection-manager loop (``_from_server_socket``), so one
-silent TLS client stalls every other connection for the socket timeout;
-``waitress`` has no TLS; ``gunicorn`` is a pre-fork process manager
-(worker processes cannot share the extender's in-memory cluster cache,
-certificates are re-read only when workers restart) and would bring its
-own configuration and signal handling into daemons configured with
-oslo.config. ``asyncio`` gives non-blocking handshakes with timeouts and
-cheap idle connections; this module adds the limits.
+Why not an existing server library (``cheroot`` handshakes in its
+accept loop, ``waitress`` has no TLS, ``gunicorn`` forks workers that
+cannot share the extender's cache): see the Kubernetes admin guide.
 """
 
 from __future__ import annotations
 
+import array
 import asyncio
 import concurrent.futures
 import contextlib
 import dataclasses
+import fcntl
 import http
 import http.server
 import io
 import itertools
 import json
 import logging
-import os
 import socket
 import ssl
+import termios
 import threading
 import time
 from typing import Any
 
-from amdgpu_virt import exception
-from amdgpu_virt import yamlutil
+from amdgpu_virt.k8s.api import connpolicy
+from amdgpu_virt.k8s.api.tls import TlsFiles
 
 LOG = logging.getLogger(__name__)
+
 
 @dataclasses.dataclass(frozen=True)
 class Limits:
     """What one client may take from a server (see the module text)."""
 
     max_connections: int = 1024
+    max_connections_per_peer: int = 128
     workers: int = 8
     max_queue: int = 64
     max_header_bytes: int = 64 * 1024
     max_body_bytes: int = 8 * 1024 * 1024
     handshake_timeout: float = 5.0
     request_timeout: float = 10.0
+    min_request_rate: int = 4096
+    request_grace: float = 1.0
     idle_timeout: float = 60.0
     handler_timeout: float = 30.0
     write_timeout: float = 10.0
@@ -89,6 +97,9 @@ class Limits:
         """The limits of the ``[kubernetes] http_*`` options."""
         group = conf.kubernetes
         return cls(max_connections=group.http_max_connections,
+                   max_connections_per_peer=(
+                       group.http_max_connections_per_peer),
+                   min_request_rate=group.http_min_request_rate,
                    workers=group.http_workers,
                    max_queue=group.http_max_queue,
                    max_body_bytes=group.http_max_body_bytes,
@@ -96,121 +107,6 @@ class Limits:
                    request_timeout=group.http_request_timeout,
                    idle_timeout=group.http_idle_timeout,
                    handler_timeout=group.http_handler_timeout)
-
-
-# --- TLS ---------------------------------------------------------------------
-
-class TlsFiles:
-    """A server ``SSLContext`` from PEM files, rebuilt when they change.
-
-    :param cert_file: the certificate chain.
-    :param key_file: its private key.
-    :param client_ca_file: CA certificates that sign the client
-        certificates; when given, a client without a valid certificate is
-        refused during the handshake.
-    :param check_interval: seconds between checks of the files.
-    :raises ConfigError: the files do not load now (naming them).
-    """
-
-    def __init__(self, cert_file: str, key_file: str,
-                 client_ca_file: str | None = None,
-                 check_interval: float = 1.0, option: str = 'TLS') -> None:
-        self.files = tuple(f for f in (cert_file, key_file, client_ca_file)
-                           if f)
-        self.cert_file = cert_file
-        self.key_file = key_file
-        self.client_ca_file = client_ca_file
-        self.check_interval = check_interval
-        self.option = option
-        #: contexts built so far (1 after start; +1 per rotation seen)
-        self.loads = 0
-        self._lock = threading.Lock()
-        self._checked = 0.0
-        self._signature = self._stat()
-        self._failed: tuple[Any, ...] | None = None
-        try:
-            self._context = self._build()
-        except (OSError, ssl.SSLError) as err:
-            raise exception.ConfigError(
-                option=option, reason='%s: %s' % (', '.join(self.files),
-                                                  err)) from None
-
-    def _stat(self) -> tuple[Any, ...]:
-        result: list[tuple[int, int, int] | None] = []
-        for path in self.files:
-            try:
-                st = os.stat(path)
-            except OSError:
-                result.append(None)
-                continue
-            result.append((st.st_ino, st.st_mtime_ns, st.st_size))
-        return tuple(result)
-
-    def _build(self) -> ssl.SSLContext:
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        context.minimum_version = ssl.TLSVersion.TLSv1_2
-        context.load_cert_chain(self.cert_file, self.key_file)
-        if self.client_ca_file:
-            context.load_verify_locations(cafile=self.client_ca_file)
-            context.verify_mode = ssl.CERT_REQUIRED
-        self.loads += 1
-        return context
-
-    def context(self) -> ssl.SSLContext:
-        """The context for a new connection (rebuilt if a file changed)."""
-        now = time.monotonic()
-        with self._lock:
-            if now - self._checked < self.check_interval:
-                return self._context
-            self._checked = now
-            signature = self._stat()
-            if signature == self._signature or signature == self._failed:
-                return self._context
-            try:
-                self._context = self._build()
-            except (OSError, ssl.SSLError) as err:
-                # a rotation in progress, or a bad secret: keep serving
-                self._failed = signature
-                LOG.warning('%s: %s do not load (%s); still serving the '
-                            'previous certificate', self.option,
-                            ', '.join(self.files), err)
-                return self._context
-            self._signature = signature
-            self._failed = None
-            LOG.info('%s: certificate reloaded from %s', self.option,
-                     ', '.join(self.files))
-            return self._context
-
-
-# --- request bodies ----------------------------------------------------------
-
-def read_json(handler: http.server.BaseHTTPRequestHandler) -> Any:
-    """The JSON body of the request ``handler`` serves (None if empty).
-
-    :raises HttpRequestError: not UTF-8, not JSON, or nested deeper than
-        :data:`amdgpu_virt.yamlutil.MAX_DEPTH` (naming what is wrong).
-    """
-    try:
-        length = int(handler.headers.get('Content-Length') or 0)
-    except ValueError:
-        raise exception.HttpRequestError(
-            reason='Content-Length is not a number') from None
-    return parse_json(handler.rfile.read(length))
-
-
-def parse_json(data: bytes) -> Any:
-    """:func:`read_json` of a body already read."""
-    if not data:
-        return None
-    try:
-        text = data.decode('utf-8')
-    except UnicodeDecodeError as err:
-        raise exception.HttpRequestError(
-            reason='the body is not UTF-8 (byte %d)' % err.start) from None
-    try:
-        return yamlutil.load_json(text, 'the request body')
-    except exception.AmdgpuVirtError as err:
-        raise exception.HttpRequestError(reason=str(err)) from None
 
 
 # --- handlers ----------------------------------------------------------------
@@ -256,10 +152,33 @@ class _Refused(Exception):
 
 @dataclasses.dataclass
 class _Connection:
+    state: connpolicy.ConnState
+    reader: asyncio.StreamReader
     writer: asyncio.StreamWriter
-    number: int
-    idle_since: float
-    busy: bool = False
+    #: the TCP transport (the writer's until TLS replaces it)
+    raw: asyncio.WriteTransport
+    #: bytes read past the end of the last request (the next one's start)
+    leftover: bytes = b''
+    #: the last read was past the request's deadline (allowed once, for
+    #: what arrived while the server itself was busy)
+    late: bool = False
+
+    def waiting(self) -> int:
+        """Bytes that arrived and are not read yet: in the stream's buffer
+        (which asyncio keeps as ``_buffer``) and in the socket's (the
+        kernel's count, ``FIONREAD``)."""
+        waiting = len(getattr(self.reader, '_buffer', b''))
+        sock = self.raw.get_extra_info('socket')
+        if sock is not None:
+            count = array.array('i', [0])
+            with contextlib.suppress(OSError, ValueError):
+                fcntl.ioctl(sock.fileno(), termios.FIONREAD, count)
+                waiting += count[0]
+        return waiting
+
+    def abort(self) -> None:
+        transport = self.writer.transport or self.raw
+        transport.abort()
 
 
 class Server:
@@ -308,10 +227,17 @@ class Server:
         self._done = threading.Event()
         self._done.set()
         self._connections: dict[int, _Connection] = {}
+        self._peers: dict[str, int] = {}
         self._numbers = itertools.count()
         self._pending = 0
         #: connections closed to make room for new ones
         self.evicted = 0
+        #: connections refused at once (their peer's share taken, or every
+        #: connection in use)
+        self.refused = 0
+        #: requests answered 408 for arriving slower than the byte-rate
+        #: floor
+        self.too_slow = 0
 
     # -- life cycle -------------------------------------------------------
 
@@ -333,8 +259,9 @@ class Server:
         return self
 
     def shutdown(self) -> None:
-        """Stop serving and wait until :meth:`serve_forever` returned."""
-        if not self._started:
+        """Stop serving and wait until :meth:`serve_forever` returned
+        (at once when it is not serving)."""
+        if not self._started or self._done.is_set():
             return
         self._running.wait(10)
         loop, stop = self._loop, self._stop
@@ -360,43 +287,66 @@ class Server:
             self._running.clear()
             server.close()
             for conn in list(self._connections.values()):
-                conn.writer.transport.abort()
+                conn.abort()
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(server.wait_closed(), 5)
 
     # -- connections ------------------------------------------------------
 
-    def _make_room(self) -> bool:
-        """Close the longest-idle connection if at capacity.
+    def _admit(self, peer: str) -> bool:
+        """Make room for a connection from ``peer`` (see
+        :mod:`~amdgpu_virt.k8s.api.connpolicy`).
 
-        :returns: False when every connection is busy (refuse the new one).
+        :returns: False to refuse it: the peer holds its share, or every
+            connection is in use at a sensible pace.
         """
-        if len(self._connections) < self.limits.max_connections:
-            return True
-        idle = [c for c in self._connections.values() if not c.busy]
-        if not idle:
+        limits = self.limits
+        if self._peers.get(peer, 0) >= limits.max_connections_per_peer:
             return False
-        victim = min(idle, key=lambda c: (c.idle_since, c.number))
-        self._connections.pop(victim.number, None)
-        victim.writer.transport.abort()
+        if len(self._connections) < limits.max_connections:
+            return True
+        for conn in self._connections.values():
+            if conn.state.state in (connpolicy.IDLE, connpolicy.READING):
+                conn.state.waiting = conn.waiting()
+        chosen = connpolicy.victim(
+            (c.state for c in self._connections.values()),
+            time.monotonic(), limits.min_request_rate)
+        if chosen is None:
+            return False
+        victim = self._connections.pop(chosen.number)
+        self._forget(victim)
+        victim.abort()
         self.evicted += 1
         return True
 
+    def _forget(self, conn: _Connection) -> None:
+        peer = conn.state.peer
+        left = self._peers.get(peer, 0) - 1
+        if left > 0:
+            self._peers[peer] = left
+        else:
+            self._peers.pop(peer, None)
+
     async def _serve(self, reader: asyncio.StreamReader,
                      writer: asyncio.StreamWriter) -> None:
+        raw = writer.transport
         peer = writer.get_extra_info('peername') or ('?', 0)
-        if not self._make_room():
-            LOG.warning('%s: %d connections, all busy; refusing %s',
-                        self.name, len(self._connections), peer[0])
-            writer.transport.abort()
+        if not self._admit(str(peer[0])):
+            self.refused += 1
+            LOG.warning('%s: refusing a connection from %s (%d connections, '
+                        '%d of them from it)', self.name, peer[0],
+                        len(self._connections),
+                        self._peers.get(str(peer[0]), 0))
+            raw.abort()
             return
-        conn = _Connection(writer, next(self._numbers), time.monotonic())
-        self._connections[conn.number] = conn
+        state = connpolicy.ConnState(next(self._numbers), str(peer[0]),
+                                     connpolicy.HANDSHAKE, time.monotonic())
+        conn = _Connection(state, reader, writer, raw)
+        self._connections[state.number] = conn
+        self._peers[state.peer] = self._peers.get(state.peer, 0) + 1
         try:
             if self.tls is not None:
-                await writer.start_tls(
-                    self.tls.context(),
-                    ssl_handshake_timeout=self.limits.handshake_timeout)
+                await self._handshake(writer, raw)
             await self._requests(conn, reader, writer, tuple(peer[:2]))
         except (TimeoutError, asyncio.IncompleteReadError,
                 ConnectionError, ssl.SSLError, OSError) as err:
@@ -406,48 +356,125 @@ class Server:
             LOG.exception('%s: connection from %s failed', self.name,
                           peer[0])
         finally:
-            self._connections.pop(conn.number, None)
-            writer.transport.abort()
+            if self._connections.pop(state.number, None) is not None:
+                self._forget(conn)
+            conn.abort()
+
+    async def _handshake(self, writer: asyncio.StreamWriter,
+                         raw: asyncio.WriteTransport) -> None:
+        """The TLS handshake of a new connection, within its timeout.
+
+        :raises ConnectionAbortedError: the connection was lost during
+            the handshake (closed by the client, or evicted).
+        """
+        assert self.tls is not None
+        # asyncio's start_tls gets no transport back when the connection
+        # is lost during the handshake, and fails on it
+        with contextlib.suppress(AttributeError):
+            await writer.start_tls(
+                self.tls.context(),
+                ssl_handshake_timeout=self.limits.handshake_timeout)
+        if writer.transport is None:
+            # give the writer back its (closed) TCP transport, or its
+            # __del__ fails on the missing one
+            setattr(writer, '_transport', raw)  # noqa: B010
+            raise ConnectionAbortedError('closed during the TLS handshake')
 
     async def _requests(self, conn: _Connection,
                         reader: asyncio.StreamReader,
                         writer: asyncio.StreamWriter,
                         peer: tuple[Any, ...]) -> None:
         limits = self.limits
+        state = conn.state
         wait = limits.request_timeout
         while True:
-            conn.busy = False
-            conn.idle_since = time.monotonic()
-            first = await asyncio.wait_for(reader.readexactly(1), wait)
-            conn.busy = True
+            state.state = connpolicy.IDLE
+            state.since = time.monotonic()
+            state.received = 0
+            first = conn.leftover
+            conn.leftover = b''
+            if not first:
+                # in this task (not wait_for's own): what arrives is in
+                # the stream's buffer until this very step takes it, so
+                # the connection policy never sees a request in between
+                async with asyncio.timeout(wait):
+                    first = await reader.read(65536)
+                if not first:
+                    return   # closed between requests
+            state.state = connpolicy.READING
+            state.since = time.monotonic()
             wait = limits.idle_timeout
             try:
-                raw = await asyncio.wait_for(
-                    self._read_request(first, reader),
-                    limits.request_timeout)
-                answer, close = await self._dispatch(raw, peer)
-            except TimeoutError:
-                answer, close = _answer(408, 'the request did not arrive '
-                                        'within %g s'
-                                        % limits.request_timeout), True
+                raw = await self._read_request(conn, first, reader)
+                state.state = connpolicy.WORKING
+                answer, close = await self._dispatch(raw, peer, state.since)
             except _Refused as refused:
                 answer, close = _answer(refused.code, refused.reason,
                                         refused.close), refused.close
+            state.state = connpolicy.WORKING
             writer.write(answer)
             await asyncio.wait_for(writer.drain(), limits.write_timeout)
+            state.served += 1
             if close:
                 return
 
-    async def _read_request(self, first: bytes,
-                            reader: asyncio.StreamReader) -> bytes:
+    async def _more(self, conn: _Connection,
+                    reader: asyncio.StreamReader, most: int) -> bytes:
+        """Up to ``most`` further bytes of the request under way, within
+        its deadline and byte-rate floor.
+
+        :raises _Refused: 408 when they do not come in time.
+        """
+        limits = self.limits
+        state = conn.state
+        deadline = min(state.since + limits.request_timeout,
+                       state.since + limits.request_grace +
+                       state.received / max(limits.min_request_rate, 1))
+        remaining = deadline - time.monotonic()
         try:
-            head = first + await reader.readuntil(b'\r\n\r\n')
-        except (asyncio.LimitOverrunError, ValueError):
+            if remaining <= 0:
+                if conn.late or deadline >= state.since + \
+                        limits.request_timeout:
+                    raise TimeoutError
+                # once: what arrived while this server was too busy to
+                # read it counts (a slow client gets no more from it)
+                conn.late = True
+                remaining = 0.05
+            async with asyncio.timeout(remaining):
+                chunk = await reader.read(most)
+        except TimeoutError:
+            self.too_slow += 1
+            if deadline >= state.since + limits.request_timeout:
+                raise _Refused(408, 'the request did not arrive within '
+                               '%g s' % limits.request_timeout) from None
+            raise _Refused(408, 'the request arrived slower than %d bytes '
+                           'a second' % limits.min_request_rate) from None
+        if not chunk:
+            raise asyncio.IncompleteReadError(b'', None)
+        state.received += len(chunk)
+        if conn.late and time.monotonic() < state.since + \
+                limits.request_grace + state.received / max(
+                    limits.min_request_rate, 1):
+            conn.late = False   # back at the floor's pace
+        return chunk
+
+    async def _read_request(self, conn: _Connection, first: bytes,
+                            reader: asyncio.StreamReader) -> bytes:
+        limits = self.limits
+        conn.state.received = len(first)
+        conn.late = False
+        data = bytearray(first)
+        scanned = 0
+        while True:
+            end = data.find(b'\r\n\r\n', max(scanned - 3, 0))
+            if end >= 0 or len(data) > limits.max_header_bytes:
+                break
+            scanned = len(data)
+            data += await self._more(conn, reader, 65536)
+        if end < 0 or end + 4 > limits.max_header_bytes:
             raise _Refused(431, 'the request head is larger than %d bytes'
-                           % self.limits.max_header_bytes) from None
-        if len(head) > self.limits.max_header_bytes:
-            raise _Refused(431, 'the request head is larger than %d bytes'
-                           % self.limits.max_header_bytes)
+                           % limits.max_header_bytes)
+        head = bytes(data[:end + 4])
         length = 0
         for line in head.split(b'\r\n')[1:]:
             name, _sep, value = line.partition(b':')
@@ -461,15 +488,18 @@ class Server:
                     raise _Refused(400, 'bad Content-Length header: %r'
                                    % value.decode('latin-1')[:40])
                 length = int(value)
-        if length > self.limits.max_body_bytes:
+        if length > limits.max_body_bytes:
             raise _Refused(413, 'the request body (Content-Length %d) is '
                            'larger than the limit of %d bytes'
-                           % (length, self.limits.max_body_bytes))
-        body = await reader.readexactly(length) if length else b''
-        return head + body
+                           % (length, limits.max_body_bytes))
+        body = data[end + 4:]
+        while len(body) < length:
+            body += await self._more(conn, reader, length - len(body))
+        conn.leftover = bytes(body[length:])
+        return head + bytes(body[:length])
 
-    async def _dispatch(self, raw: bytes, peer: tuple[Any, ...]
-                        ) -> tuple[bytes, bool]:
+    async def _dispatch(self, raw: bytes, peer: tuple[Any, ...],
+                        received_at: float) -> tuple[bytes, bool]:
         limits = self.limits
         if self._pending >= limits.workers + limits.max_queue:
             raise _Refused(503, 'the server is busy (%d requests waiting); '
@@ -478,7 +508,7 @@ class Server:
         loop = asyncio.get_running_loop()
         try:
             future = loop.run_in_executor(self._pool, self._handle, raw,
-                                          peer)
+                                          peer, received_at)
             try:
                 return await asyncio.wait_for(asyncio.shield(future),
                                               limits.handler_timeout)
@@ -491,8 +521,8 @@ class Server:
         finally:
             self._pending -= 1
 
-    def _handle(self, raw: bytes, peer: tuple[Any, ...]) -> tuple[bytes,
-                                                                  bool]:
+    def _handle(self, raw: bytes, peer: tuple[Any, ...],
+                received_at: float) -> tuple[bytes, bool]:
         """Replay one complete request to a handler; its answer."""
         handler = self.handler_class.__new__(self.handler_class)
         handler.rfile = io.BytesIO(raw)
@@ -500,6 +530,7 @@ class Server:
         handler.client_address = peer
         handler.server = self  # type: ignore[assignment]
         handler.close_connection = True
+        handler.received_at = received_at  # type: ignore[attr-defined]
         try:
             handler.handle_one_request()
         except Exception:  # never a traceback to the client

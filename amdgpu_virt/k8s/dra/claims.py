@@ -5,24 +5,40 @@ the claim itself and uses the results whose ``driver`` is its own. The
 claim status is written by the kube-scheduler, yet everything here is
 checked as input: the UID must be the one kubelet named, every result of
 this driver must name this node's pool and a device the node publishes,
-and a share's ``consumedCapacity`` must fit the device.
+a share's ``consumedCapacity`` must fit the device (its quantities are
+bounded on their text before any arithmetic), and no device or share may
+come twice. An ``adminAccess`` result (a monitoring claim) is read as
+what it is: it watches its device and owns nothing of it.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import decimal
 import math
 import re
 from collections.abc import Mapping
-from decimal import Decimal, InvalidOperation
 from typing import Any
-
-from kubernetes.utils import quantity as k8s_quantity
 
 from amdgpu_virt import exception
 from amdgpu_virt.k8s.dra import devices as dra_devices
 
 MIB = 1 << 20
+#: a Kubernetes quantity: a decimal number, then an exponent or a suffix
+_QUANTITY = re.compile(
+    r'^(?P<sign>[+-]?)(?P<int>[0-9]*)(?:\.(?P<frac>[0-9]*))?'
+    r'(?:[eE](?P<exp>[+-]?[0-9]+)|(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]))?$')
+#: longest quantity read (the API server writes a few characters)
+MAX_QUANTITY = 40
+#: most digits of a quantity's number, and the largest exponent magnitude:
+#: more than any device holds, so a value is judged, never computed on,
+#: beyond them (1e999999 took the plugin minutes in C with the GIL held)
+MAX_DIGITS = 24
+MAX_EXPONENT = 24
+_SUFFIXES = {'': (10, 0), 'n': (10, -9), 'u': (10, -6), 'm': (10, -3),
+             'k': (10, 3), 'M': (10, 6), 'G': (10, 9), 'T': (10, 12),
+             'P': (10, 15), 'E': (10, 18), 'Ki': (2, 10), 'Mi': (2, 20),
+             'Gi': (2, 30), 'Ti': (2, 40), 'Pi': (2, 50), 'Ei': (2, 60)}
 #: a request name (and a subrequest's), a DNS label as the API requires
 _REQUEST = re.compile(r'^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?'
                       r'(/[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)?$')
@@ -44,6 +60,9 @@ class Result:
     share_id: str = ''
     compute_units: int = 0
     memory_mib: int = 0
+    #: an ``adminAccess`` result: the device is watched (monitoring), not
+    #: owned; it takes nothing from its owner
+    admin: bool = False
 
     @property
     def top_request(self) -> str:
@@ -65,12 +84,44 @@ def _fail(key: str, reason: str) -> exception.DraClaimError:
     return exception.DraClaimError(claim=key, reason=reason)
 
 
-def _quantity(key: str, where: str, value: Any) -> Decimal:
-    try:
-        return Decimal(k8s_quantity.parse_quantity(value))
-    except (ValueError, TypeError, InvalidOperation):
-        raise _fail(key, '%s is not a quantity: %r' % (where, value)) \
-            from None
+def quantity(key: str, where: str, value: Any) -> decimal.Decimal:
+    """The exact value of a quantity as the API writes it (``24Gi``,
+    ``38``, ``1.5e3``); its text is bounded before any arithmetic.
+
+    :raises DraClaimError: naming the claim and ``where`` for anything
+        else: not a string or an integer, longer than
+        :data:`MAX_QUANTITY` characters, not a quantity, more than
+        :data:`MAX_DIGITS` digits or an exponent beyond
+        :data:`MAX_EXPONENT`.
+    """
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = str(value)
+    if not isinstance(value, str) or len(value) > MAX_QUANTITY:
+        raise _fail(key, '%s is not a quantity of at most %d characters: '
+                    '%.60r' % (where, MAX_QUANTITY, value))
+    match = _QUANTITY.match(value)
+    digits = (match.group('int') or '') + (match.group('frac') or '') \
+        if match else ''
+    if match is None or not digits:
+        raise _fail(key, '%s is not a quantity: %r' % (where, value))
+    exponent = match.group('exp')
+    if len(digits.lstrip('0')) > MAX_DIGITS or (
+            exponent is not None and abs(int(exponent)) > MAX_EXPONENT):
+        raise _fail(key, '%s %s is beyond any device (at most %d digits and '
+                    'an exponent of at most %d)' % (where, value, MAX_DIGITS,
+                                                    MAX_EXPONENT))
+    base, power = _SUFFIXES[match.group('suffix') or '']
+    if exponent is not None:
+        base, power = 10, int(exponent)
+    # within the bounds above, exact: at most 24 + 60 digits
+    with decimal.localcontext(decimal.Context(
+            prec=100, Emax=200, Emin=-200, traps=[
+                decimal.Overflow, decimal.InvalidOperation,
+                decimal.DivisionByZero, decimal.Inexact])):
+        number = decimal.Decimal('%s%s.%s' % (
+            match.group('sign'), match.group('int') or '0',
+            match.group('frac') or '0'))
+        return number * decimal.Decimal(base) ** power
 
 
 def _share(key: str, where: str, result: Mapping[str, Any],
@@ -87,10 +138,10 @@ def _share(key: str, where: str, result: Mapping[str, Any],
     if 'computeUnits' not in consumed or 'memory' not in consumed:
         raise _fail(key, '%s.consumedCapacity must give computeUnits and '
                     'memory' % where)
-    cus = _quantity(key, '%s.consumedCapacity.computeUnits' % where,
-                    consumed['computeUnits'])
-    memory = _quantity(key, '%s.consumedCapacity.memory' % where,
-                       consumed['memory'])
+    cus = quantity(key, '%s.consumedCapacity.computeUnits' % where,
+                   consumed['computeUnits'])
+    memory = quantity(key, '%s.consumedCapacity.memory' % where,
+                      consumed['memory'])
     if cus != cus.to_integral_value() or not 0 < cus <= \
             device.compute_units or int(cus) % device.cu_unit:
         raise _fail(key, '%s.consumedCapacity.computeUnits %s is not a '
@@ -103,6 +154,21 @@ def _share(key: str, where: str, result: Mapping[str, Any],
                     'MiB of device %s' % (where, consumed['memory'],
                                           device.memory_mib, device.name))
     return int(cus), mib
+
+
+def _admin_capacity(key: str, where: str, result: Mapping[str, Any]
+                    ) -> None:
+    """Check the ``consumedCapacity`` of an admin result (what it says is
+    not used: monitoring consumes nothing).
+
+    :raises DraClaimError: not a mapping of quantities.
+    """
+    consumed = result.get('consumedCapacity')
+    if not isinstance(consumed, Mapping) or len(consumed) > 32:
+        raise _fail(key, '%s.consumedCapacity is not a mapping of '
+                    'quantities' % where)
+    for name, value in consumed.items():
+        quantity(key, '%s.consumedCapacity.%.40s' % (where, name), value)
 
 
 def results(claim: Mapping[str, Any], uid: str, driver: str,
@@ -126,6 +192,7 @@ def results(claim: Mapping[str, Any], uid: str, driver: str,
                     'of at most %d results' % MAX_RESULTS)
     found = []
     drivers = set()
+    seen: dict[tuple[str, str], str] = {}
     for index, result in enumerate(raw):
         where = 'status.allocation.devices.results[%d]' % index
         if not isinstance(result, Mapping):
@@ -152,15 +219,30 @@ def results(claim: Mapping[str, Any], uid: str, driver: str,
                 share_id and not _SHARE_ID.match(share_id)):
             raise _fail(key, '%s.shareID %.100r is not a UUID (hex digits '
                         'and "-", at most 64)' % (where, share_id))
+        admin = result.get('adminAccess', False)
+        if not isinstance(admin, bool):
+            raise _fail(key, '%s.adminAccess %.40r is not true or false'
+                        % (where, admin))
+        if (device.name, share_id) in seen:
+            raise _fail(key, '%s names %s%s again (as %s did): one result '
+                        'per device%s' % (
+                            where, device.name, share_id and ' share %s'
+                            % share_id, seen[(device.name, share_id)],
+                            ' share' if share_id else ''))
+        seen[(device.name, share_id)] = 'results[%d]' % index
         cus = mib = 0
-        if device.shared:
+        if admin:
+            # monitoring sees the whole device and holds none of it
+            if result.get('consumedCapacity'):
+                _admin_capacity(key, where, result)
+        elif device.shared:
             cus, mib = _share(key, where, result, device)
         elif result.get('consumedCapacity'):
             raise _fail(key, '%s has consumedCapacity for the exclusive '
                         'device %s' % (where, device.name))
         found.append(Result(request=request, pool=plan.node, device=device,
                             share_id=share_id, compute_units=cus,
-                            memory_mib=mib))
+                            memory_mib=mib, admin=admin))
     if not found:
         raise _fail(key, 'has no result of driver %s (results name: %s)' % (
             driver, ', '.join(sorted(drivers)) or 'none'))

@@ -82,6 +82,10 @@ def prepare(uid: str, namespace: str, name: str,
             ) -> dra_state.PreparedClaim:
     """Choose the claim's concrete devices and CUs.
 
+    A result with admin access (a monitoring claim) gets its device's
+    nodes and holds nothing: it neither waits for the device's owner nor
+    keeps the owner from being prepared.
+
     :param prepared: the other claims prepared on the node.
     :raises DraClaimError: a device already held, CUs or memory no longer
         free, a partition without a ROCr device.
@@ -107,11 +111,12 @@ def prepare(uid: str, namespace: str, name: str,
         gpu = str(device.gpu.address)
         for part in device.partitions:
             _unit(by_unit, gpu, part, key)
-        if not device.shared:
+        if result.admin or not device.shared:
+            # admin access (monitoring): the device's nodes, nothing held
             chosen.append(dra_state.PreparedDevice(
                 request=result.request, pool=result.pool,
                 device=device.name, gpu=gpu, partitions=device.partitions,
-                share_id=result.share_id))
+                share_id=result.share_id, admin=result.admin))
             continue
         (part,) = device.partitions
         unit = by_unit[(gpu, part)]

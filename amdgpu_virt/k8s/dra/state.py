@@ -25,6 +25,7 @@ from typing import Any
 
 from amdgpu_virt import exception
 from amdgpu_virt import fileutil
+from amdgpu_virt import yamlutil
 
 STATE_VERSION = 1
 #: the largest state file read (a node holds a few hundred claims)
@@ -47,19 +48,24 @@ class PreparedDevice:
     compute_units: int = 0
     memory_mib: int = 0
     masks: tuple[tuple[int, int], ...] = ()
+    #: prepared for an ``adminAccess`` result: watched, not held
+    admin: bool = False
 
     @property
     def shared(self) -> bool:
         return bool(self.masks) or bool(self.share_id)
 
     def to_dict(self) -> dict[str, Any]:
-        return {'request': self.request, 'pool': self.pool,
+        data = {'request': self.request, 'pool': self.pool,
                 'device': self.device, 'gpu': self.gpu,
                 'partitions': list(self.partitions),
                 'shareID': self.share_id,
                 'computeUnits': self.compute_units,
                 'memoryMiB': self.memory_mib,
                 'masks': {str(p): '0x%x' % m for p, m in self.masks}}
+        if self.admin:
+            data['adminAccess'] = True
+        return data
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,6 +125,10 @@ def _device(path: str, where: str, data: Any) -> PreparedDevice:
             raise _fail(path, '%s.masks[%r] = %r is outside the device'
                         % (where, key, value))
         masks.append((index, mask))
+    admin = data.get('adminAccess', False)
+    if not isinstance(admin, bool) or (admin and masks):
+        raise _fail(path, '%s.adminAccess must be true (without masks) or '
+                    'false, got %r' % (where, admin))
     return PreparedDevice(
         request=_str(path, where, data, 'request'),
         pool=_str(path, where, data, 'pool'),
@@ -128,7 +138,7 @@ def _device(path: str, where: str, data: Any) -> PreparedDevice:
         share_id=_str(path, where, data, 'shareID', allow_empty=True),
         compute_units=_int(path, where, data, 'computeUnits'),
         memory_mib=_int(path, where, data, 'memoryMiB'),
-        masks=tuple(masks))
+        masks=tuple(masks), admin=admin)
 
 
 def parse(text: str, path: str) -> dict[str, PreparedClaim]:
@@ -137,9 +147,9 @@ def parse(text: str, path: str) -> dict[str, PreparedClaim]:
     :raises DraStateError: naming ``path`` and the bad entry.
     """
     try:
-        data = json.loads(text)
-    except ValueError as err:
-        raise _fail(path, 'not JSON: %s' % err) from None
+        data = yamlutil.load_json(text, 'it')
+    except exception.AmdgpuVirtError as err:
+        raise _fail(path, str(err)) from None
     if not isinstance(data, dict) or data.get('version') != STATE_VERSION:
         raise _fail(path, 'expected an object with version %d' %
                     STATE_VERSION)
@@ -171,9 +181,12 @@ def check_conflicts(claim: PreparedClaim,
     """Record ``claim`` in ``holders``/``cus``; raise on any overlap.
 
     An exclusive device holds its partitions alone; shares of one
-    partition must not overlap in CUs.
+    partition must not overlap in CUs; a device prepared for admin access
+    (monitoring) holds nothing.
     """
     for device in claim.devices:
+        if device.admin:
+            continue
         for part in device.partitions:
             key = (device.gpu, part)
             mask = dict(device.masks).get(part)

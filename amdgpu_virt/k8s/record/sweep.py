@@ -3,9 +3,12 @@
 The extender books at filter time; a pod deleted, finished, or never
 bound (its scheduler died between filter and bind) must not keep its
 GPUs. :class:`Collector` removes a pod's booking as soon as the pod watch
-reports it deleted or finished, and sweeps every record every
-``interval`` seconds (:func:`amdgpu_virt.k8s.record.allocation.prune`): read
-the records first, then list the pods, so that a pod booked meanwhile
+reports it deleted or finished, sweeps every record as soon as the
+extender has listed the pods (:meth:`Collector.sweep_soon`: at start, a
+pod deleted while no extender ran is released at once, not an interval
+later), and every ``interval`` seconds
+(:func:`amdgpu_virt.k8s.record.allocation.prune`): read the records
+first, then list the pods, so that a pod booked meanwhile
 (always created before it is booked) is listed. A sweep also removes the
 bookings of an unbound pod that are older than its current one (a filter
 booked it again elsewhere and the removal of the earlier booking was
@@ -85,6 +88,9 @@ class Collector:
     :param unbound_ttl: seconds a booked pod may stay unbound.
     """
 
+    #: seconds before a failed sweep is tried again
+    RETRY = 5.0
+
     def __init__(self, records: recordstore.RecordStore, core_api: Any,
                  interval: float = 120.0, unbound_ttl: int = 300) -> None:
         self.records = records
@@ -92,6 +98,7 @@ class Collector:
         self.interval = interval
         self.unbound_ttl = unbound_ttl
         self.stopping = threading.Event()
+        self._wake = threading.Event()
         self._queue: queue.Queue[tuple[str, str] | None] = queue.Queue()
         self._threads: list[threading.Thread] = []
         #: bookings removed (for observability and tests)
@@ -119,6 +126,14 @@ class Collector:
         """Queue the removal of pod ``uid``'s booking on ``node`` (one
         whose removal failed elsewhere; the next sweep is the fallback)."""
         self._queue.put((node, uid))
+
+    def sweep_soon(self) -> None:
+        """Sweep now rather than at the end of the interval: the extender
+        has just listed the pods (at start, or again after ``410 Gone``),
+        and what it did not see meanwhile (pods deleted while it was down
+        or while its watch was broken) must not keep GPUs booked for an
+        interval."""
+        self._wake.set()
 
     def remove(self, node: str, uid: str) -> None:
         record = self.records.update(
@@ -188,6 +203,7 @@ class Collector:
 
     def stop(self) -> None:
         self.stopping.set()
+        self._wake.set()
         self._queue.put(None)
         for thread in self._threads:
             thread.join(timeout=10)
@@ -206,10 +222,20 @@ class Collector:
                             err)
 
     def _sweeps(self) -> None:
-        while not self.stopping.wait(self.interval):
+        wait = self.interval
+        while True:
+            self._wake.wait(wait)
+            if self.stopping.is_set():
+                return
+            self._wake.clear()
             try:
                 removed = self.sweep()
                 if removed:
                     LOG.info('Removed %d stale bookings', removed)
+                wait = self.interval
             except Exception as err:  # keep sweeping whatever happened
-                LOG.warning('record sweep failed: %s', err)
+                # soon again: a sweep asked for at start may meet an API
+                # server that is not answering yet
+                wait = min(self.interval, self.RETRY)
+                LOG.warning('record sweep failed (retried in %g s): %s',
+                            wait, err)

@@ -20,7 +20,9 @@ from typing import Any
 import prometheus_client
 
 from amdgpu_virt import exception
+from amdgpu_virt.k8s.api import httpbody
 from amdgpu_virt.k8s.api import httpserver
+from amdgpu_virt.k8s.api import tls as api_tls
 from amdgpu_virt.k8s.scheduler.core import Extender
 
 LOG = logging.getLogger(__name__)
@@ -56,7 +58,7 @@ class _Handler(httpserver.Handler):
             self._json(404, {'error': 'no such path %s' % self.path})
             return
         try:
-            args = httpserver.read_json(self)
+            args = httpbody.read_json(self)
         except exception.HttpRequestError as err:
             body: Any = {'Error': str(err)}
             if verb == 'filter':
@@ -85,7 +87,7 @@ class _ExtenderServer(httpserver.Server):
 
 def make_server(extender: Extender, host: str = '127.0.0.1',
                 port: int = 0, limits: httpserver.Limits | None = None,
-                tls: httpserver.TlsFiles | None = None,
+                tls: api_tls.TlsFiles | None = None,
                 probes_only: bool = False) -> _ExtenderServer:
     """An HTTP(S) server for the extender; call ``serve_forever``.
 

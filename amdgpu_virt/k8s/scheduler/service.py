@@ -43,11 +43,13 @@ with their watchers and record collector as one :class:`Service`
 from __future__ import annotations
 
 import logging
+import os
 from typing import Any
 
 from amdgpu_virt import exception
 from amdgpu_virt.k8s.api import httpserver
 from amdgpu_virt.k8s.api import namespaces
+from amdgpu_virt.k8s.api import tls as api_tls
 from amdgpu_virt.k8s.record import nodelock
 from amdgpu_virt.k8s.record import store as recordstore
 from amdgpu_virt.k8s.record import sweep as recordgc
@@ -65,7 +67,6 @@ LOG = logging.getLogger(__name__)
 
 def lease_fence(conf: Any, core_api: Any) -> fencing.LeaseFence | None:
     """The fence of ``[scheduler] leader_lease``, or None when unset."""
-    import os
     import socket
 
     from kubernetes import client as k8s_client
@@ -80,7 +81,14 @@ def lease_fence(conf: Any, core_api: Any) -> fencing.LeaseFence | None:
         conf.kubernetes.namespace, group.leader_lease, identity)
 
 
-def _tls(group: Any) -> httpserver.TlsFiles | None:
+def metrics_host(group: Any) -> str:
+    """The address of the probe and metrics listener: ``[scheduler]
+    metrics_host``, else the pod's IP (``POD_IP``), else loopback."""
+    return str(group.metrics_host or os.environ.get('POD_IP') or
+               '127.0.0.1')
+
+
+def _tls(group: Any) -> api_tls.TlsFiles | None:
     """:raises ConfigError: an incomplete or unloadable TLS setting."""
     if not (group.cert_file or group.key_file or group.client_ca_file):
         return None
@@ -88,7 +96,7 @@ def _tls(group: Any) -> httpserver.TlsFiles | None:
         raise exception.ConfigError(
             option='[scheduler] cert_file/key_file',
             reason='set both (client_ca_file needs them too)')
-    return httpserver.TlsFiles(
+    return api_tls.TlsFiles(
         group.cert_file, group.key_file, group.client_ca_file,
         option='[scheduler] cert_file/key_file/client_ca_file')
 
@@ -152,7 +160,13 @@ class Service:
             feed(kind, obj)
             self.collector.pod_event(kind, obj)
 
+        def after_pods() -> None:
+            watching.settle_memory()
+            # bookings of pods this list no longer has go now
+            self.collector.sweep_soon()
+
         pod_watcher.on_event = on_pod
+        pod_watcher.after_list = after_pods
         limits = httpserver.Limits.from_conf(conf)
         self.servers: list[httpserver.Server] = []
         try:
@@ -161,7 +175,7 @@ class Service:
             self.servers.append(self.server)
             if group.metrics_port >= 0:
                 self.servers.append(make_server(
-                    self.extender, group.metrics_host, group.metrics_port,
+                    self.extender, metrics_host(group), group.metrics_port,
                     limits, probes_only=True))
         except OSError as err:
             for server in self.servers:

@@ -176,13 +176,16 @@ class Cluster(fixtures.Fixture):
             self.https.append(http)
         self.service = self.services[0] if self.services else None
         self.http = self.https[0]
+        models = webhookapi.ClusterModels(self.api)
+        #: the webhook's decision Events (written by a thread of their
+        #: own: ``flush`` before reading them)
+        self.events = webhookapi.EventRecorder(self.api)
         self.webhook = webhook.make_server(
             webhook.WebhookPolicy(),
             namespace_labels=webhook.NamespaceLabelCache(self.api),
             intent=admission.IntentPolicy(
-                policy_engine.Engine(conf),
-                webhookapi.ClusterModels(self.api)),
-            events=webhookapi.EventRecorder(self.api))
+                policy_engine.Engine(conf), models, most=models.most),
+            events=self.events)
         serve(self, self.webhook)
         whost, wport = self.webhook.server_address[:2]
         self.webhook_http = HttpJson(str(whost), int(wport))

@@ -231,6 +231,7 @@ class EndToEndTest(testtools.TestCase):
             (container,) = hami.decode_pod_devices(
                 annotations[hami.DEVICES_ALLOCATED])
             envs = dict(responses[0].envs)
+            self.cluster.events.flush()
             events = self.cluster.api.list_namespaced_event(namespace).items
             results[namespace] = (limits, annotations, container[0], envs,
                                   [e.message for e in events
@@ -275,6 +276,7 @@ class EndToEndTest(testtools.TestCase):
             devices = hami.decode_pod_devices(
                 annotations[hami.DEVICES_ALLOCATED])
             held = self._check_env(node, devices, responses)
+            self.cluster.events.flush()
             events = {e.involved_object.field_path: e.message
                       for e in self.cluster.api.list_namespaced_event(
                           namespace).items
@@ -315,8 +317,9 @@ class EndToEndTest(testtools.TestCase):
             reason = annotations[intent.REASON_PREFIX + name]
             self.assertIn('whole GPU (1): no CU slice because tenancy is '
                           'isolated', reason)
-            self.assertEqual("container '%s': %s" % (name, reason),
-                             events['spec.containers{%s}' % name])
+        # the same decision for both: one Event, of the pod
+        self.assertEqual({None: "containers 'c0', 'c1': %s" % reason},
+                         events)
         # a statement for a container the pod does not have, or one that
         # never fits, is denied naming the container
         for needs, reason in (

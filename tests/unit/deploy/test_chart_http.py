@@ -24,11 +24,13 @@ from tests.unit.deploy import chart
 #: value key -> option name
 KEYS = {
     'maxConnections': 'http_max_connections',
+    'maxConnectionsPerPeer': 'http_max_connections_per_peer',
     'workers': 'http_workers',
     'maxQueue': 'http_max_queue',
     'maxBodyBytes': 'http_max_body_bytes',
     'handshakeTimeout': 'http_handshake_timeout',
     'requestTimeout': 'http_request_timeout',
+    'minRequestRate': 'http_min_request_rate',
     'idleTimeout': 'http_idle_timeout',
     'handlerTimeout': 'http_handler_timeout',
 }
@@ -155,3 +157,42 @@ class TestDraSliceLayout(testtools.TestCase):
     def test_unknown_layouts_are_refused(self):
         self.assertIn('/dra/sliceLayout', chart.schema_error({'dra': {
             'enabled': True, 'sliceLayout': '1.34'}}))
+
+
+class TestHostileClientValues(testtools.TestCase):
+    """The review budget and where the probe listener binds."""
+
+    def _config(self, values):
+        docs = chart.documents(values)
+        text = chart.find(docs, 'ConfigMap', 'amdgpu-virt-config')['data'][
+            'amdgpu-virt.conf']
+        parser = configparser.ConfigParser()
+        parser.read_string(text)
+        return parser
+
+    def test_review_budget_is_below_the_api_servers_wait(self):
+        self.assertEqual('5', self._config({})['kubernetes'][
+            'webhook_review_budget'])
+        self.assertEqual('2.5', self._config({'webhook': {
+            'timeoutSeconds': 5}})['kubernetes']['webhook_review_budget'])
+        self.assertEqual('7', self._config({'webhook': {
+            'reviewBudget': 7}})['kubernetes']['webhook_review_budget'])
+        import helm_python
+
+        with helm_python.Chart.load(chart.CHART) as loaded:
+            err = self.assertRaises(
+                helm_python.errors.HelmRenderError, loaded.render,
+                {'webhook': {'reviewBudget': 10}}, name='amdgpu-virt',
+                namespace=chart.NAMESPACE)
+        self.assertIn('webhook.reviewBudget must be below '
+                      'webhook.timeoutSeconds', str(err))
+
+    def test_probe_listener_binds_the_pod_address(self):
+        parser = self._config({})
+        self.assertNotIn('metrics_host', parser['scheduler'])
+        deployment = chart.find(chart.documents({}), 'Deployment',
+                                'amdgpu-virt-scheduler')
+        (extender,) = [c for c in deployment['spec']['template']['spec'][
+            'containers'] if c['name'] == 'extender']
+        self.assertIn({'name': 'POD_IP', 'valueFrom': {'fieldRef': {
+            'fieldPath': 'status.podIP'}}}, extender['env'])

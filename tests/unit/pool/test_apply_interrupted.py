@@ -36,6 +36,10 @@ NEW = [apply.OutputFile(*item) for item in (
     ('ledger-configmap.yaml', 'kind: ConfigMap\nnew: 1\n'))]
 
 
+#: the process id of a writer that is gone (beyond Linux's largest pid)
+DEAD = (1 << 22) + 1
+
+
 class _Killed(BaseException):
     """The process died here (not an error anyone catches)."""
 
@@ -125,8 +129,8 @@ class _KilledAt:
             if self._die_here():
                 directory = os.path.dirname(path)
                 os.makedirs(directory, exist_ok=True)
-                with open(os.path.join(directory, fileutil.TEMP_PREFIX +
-                                       'x1y2z3'), 'w') as stream:
+                with open(os.path.join(directory, fileutil.temp_prefix(
+                        DEAD) + 'x1y2z3ab'), 'w') as stream:
                     stream.write(content[:3])
                 raise _Killed()
             real_write(path, content, mode)

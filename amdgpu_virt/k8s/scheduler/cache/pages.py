@@ -19,40 +19,21 @@ so a page lists if and only if it did before, with the same entries.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import Any
 
 import msgspec
 
+from amdgpu_virt.k8s.api.watch import Page
+from amdgpu_virt.k8s.api.watch import json_page
 from amdgpu_virt.k8s.fit import entry as cacheentry
 from amdgpu_virt.sharing import hami
 
-#: (resourceVersion, continue token, items) of one list page
-Page = tuple[str, str, list[Any]]
+__all__ = ['Page', 'PodItem', 'json_page', 'node_page', 'pod_page']
+
 #: what a pod list gives per pod: its key and its entry (None: the pod
 #: holds no AMD GPU)
 PodItem = tuple[str, cacheentry.PodEntry | None]
-
-
-def loads(data: bytes | str) -> Any:
-    """A list page as plain objects: the fast decoder, or the standard one
-    for what the fast one refuses (NaN, lone surrogates), so a page lists
-    if and only if it did before. Nesting deeper than the decoders go
-    raises :class:`RecursionError` (the fast one raises it too: it never
-    crashes the process on a crafted page)."""
-    try:
-        return msgspec.json.decode(data)
-    except (msgspec.MsgspecError, UnicodeError):
-        return json.loads(data)
-
-
-def json_page(data: bytes | str) -> Page:
-    """A page as plain dicts (the items as the API serves them)."""
-    page = loads(data)
-    meta = page.get('metadata') or {}
-    return (str(meta.get('resourceVersion') or ''),
-            str(meta.get('continue') or ''), list(page.get('items') or []))
 
 
 class _Typed(msgspec.Struct, gc=False):

@@ -64,11 +64,12 @@ class _WebhookTest(testtools.TestCase):
             name='n1', annotations={
                 hami.NODE_REGISTER: hami.encode_node_register([DEVICE])})))
         conf = conf_pkg.new_conf()
+        models = webhookapi.ClusterModels(api)
         self.server = webhook.make_server(
             webhook.WebhookPolicy(exempt_namespaces=frozenset({'ops'})),
             namespace_labels=webhook.NamespaceLabelCache(api),
             intent=admission.IntentPolicy(policy_engine.Engine(conf),
-                                          webhookapi.ClusterModels(api)),
+                                          models, most=models.most),
             events=webhookapi.EventRecorder(api))
         self.url = cluster.serve(self, self.server) + '/webhook'
 
@@ -278,12 +279,13 @@ class WebhookThreatTest(_WebhookTest):
 
     def test_hostile_statements_are_denied(self) -> None:
         for needs, reason in (
-                ('{memory: [', 'not YAML or JSON'),
+                ('{memory: [', 'nested'),
+                ('{memory: 1', 'not YAML or JSON'),
                 ('a: &x 1\nb: *x', 'YAML aliases are not accepted'),
                 ('memory: 1GiB, model: MI300X', 'unknown field(s) model'),
                 ('compute: 12.5%', 'not a whole percentage'),
-                ('x' * 5000, 'at most 2048 are read'),
-                ('[1, 2]', 'expected a mapping')):
+                ('x' * 5000, 'at most 512 are read'),
+                ('42', 'expected a mapping')):
             pod = _pod()
             pod['metadata']['annotations'] = {intent.ANNOTATION: needs}
             self.assertIn(reason, self._denied(pod), needs)

@@ -38,23 +38,35 @@ LIMITS = httpserver.Limits(handshake_timeout=5.0, request_timeout=5.0,
 
 
 class Attack:
-    """Connections held open against ``(host, port)``; closed at cleanup."""
+    """Connections held open against ``(host, port)``; closed at cleanup.
+
+    They come from ``sources`` loopback addresses (127.0.0.2 and up; Linux
+    answers every 127/8 address), as many attackers would, so that the
+    per-address cap leaves them their share; real clients connect from
+    127.0.0.1.
+    """
 
     def __init__(self, test: testtools.TestCase, host: str,
-                 port: int) -> None:
+                 port: int, sources: int = 8) -> None:
         self.address = (host, port)
+        self.sources = ['127.0.0.%d' % (2 + n) for n in range(sources)]
         self.sockets: list[socket.socket] = []
         test.addCleanup(self.close)
+
+    def connect(self) -> socket.socket:
+        """One more connection, from the next source address."""
+        source = self.sources[len(self.sockets) % len(self.sources)]
+        return socket.create_connection(self.address, 5, (source, 0))
 
     def idle(self, count: int) -> None:
         """Connect and send nothing (on a TLS port: no ClientHello)."""
         for _ in range(count):
-            self.sockets.append(socket.create_connection(self.address, 5))
+            self.sockets.append(self.connect())
 
     def slow(self, count: int, tls: ssl.SSLContext | None = None) -> None:
         """Send the start of a request head and stop (slowloris)."""
         for _ in range(count):
-            sock = socket.create_connection(self.address, 5)
+            sock = self.connect()
             if tls is not None:
                 sock = tls.wrap_socket(sock, server_hostname='127.0.0.1')
             sock.sendall(b'POST /webhook HTTP/1.1\r\nHost: x\r\n'
@@ -121,14 +133,17 @@ class _HostileMixin:
     def test_answers_under_idle_and_slow_connections(self) -> None:
         attack = Attack(self, self.host, self.port)  # type: ignore[arg-type]
         attack.idle(IDLE)
+        began = time.monotonic()
         attack.slow(SLOW, self.tls)
         for _ in range(3):
             status, _data, took = self._real()
             self.assertEqual(200, status)  # type: ignore[attr-defined]
             self.assertLess(took, ANSWER_WITHIN)  # type: ignore
-        # they were still held open while the real client was answered
-        self.assertGreater(attack.alive(),  # type: ignore[attr-defined]
-                           (IDLE + SLOW) // 2)
+        # the idle ones were still held open while the real client was
+        # answered (their first request may take request_timeout)
+        if time.monotonic() - began < LIMITS.request_timeout - 1:
+            self.assertGreater(attack.alive(),  # type: ignore
+                               IDLE // 2)
         # and the attackers are dropped once their time is up
         deadline = time.monotonic() + LIMITS.request_timeout + 5
         while attack.alive() and time.monotonic() < deadline:

@@ -10,11 +10,16 @@ pod's mirror names. Through the extender and the API server stand-in.
 
 from __future__ import annotations
 
-import testtools
+import time
 
+import testtools
+from kubernetes import client
+
+from amdgpu_virt import conf as conf_pkg
 from amdgpu_virt.k8s.node import sharedalloc
 from amdgpu_virt.k8s.record import store as recordstore
 from amdgpu_virt.k8s.record import sweep as recordgc
+from amdgpu_virt.k8s.scheduler import service as extender
 from amdgpu_virt.sharing import hami
 from tests.functional.k8s import cluster
 
@@ -95,3 +100,47 @@ class SweepTest(testtools.TestCase):
         self.assertEqual('', bound.get('Error'), bound)
         self.assertEqual(1, self._sweep())
         self.assertEqual(['n1'], self._booked())
+
+
+class RestartTest(testtools.TestCase):
+    """Pods deleted while no extender ran keep no GPUs after it starts.
+
+    The fault seen: their bookings stayed in the record until the first
+    sweep, ``record_sweep_interval`` (120 s) after start, and a
+    crash-looping extender never swept; other pods were refused "no
+    room" meanwhile. The extender now sweeps right after its first list.
+    """
+
+    def test_bookings_of_pods_deleted_meanwhile_go_at_start(self) -> None:
+        c = self.useFixture(cluster.Cluster(('n1',), gpus=1))
+        whole = {'amd.com/gpu': '1'}
+        first = c.create(cluster.gpu_pod('first', [whole]))
+        self.assertEqual(['n1'], c.filter(first)['NodeNames'])
+        store = recordstore.RecordStore(c.api)
+        self.assertIsNotNone(store.read('n1')[0].find('team', 'first'))
+        # the extender dies; the pod is deleted while none runs
+        assert c.service is not None
+        c.service.stop()
+        c.api.delete_namespaced_pod('first', 'team')
+        conf = conf_pkg.new_conf()
+        for option, value in (('port', 0), ('metrics_port', 0),
+                              ('watch_timeout', 30)):
+            conf.set_override(option, value, group='scheduler')
+        self.assertEqual(120, conf.scheduler.record_sweep_interval)
+        began = time.monotonic()
+        service = extender.Service(conf, client.CoreV1Api(
+            c.kube.client_for(None)))
+        service.start()
+        self.addCleanup(service.stop)
+        http = cluster.HttpJson(*service.address)
+        self.addCleanup(http.close)
+        second = c.create(cluster.gpu_pod('second', [whole]))
+        while True:
+            answer = http.post('/filter', {'Pod': second, 'Nodes': None,
+                                           'NodeNames': ['n1']})
+            if answer['NodeNames'] == ['n1']:
+                break
+            self.assertLess(time.monotonic() - began, 10, answer)
+            time.sleep(0.1)
+        self.assertIsNone(store.read('n1')[0].find('team', 'first'))
+        self.assertGreaterEqual(service.collector.removed, 1)

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import gc
+import time
+
 import testtools
+from hypothesis import given
+from hypothesis import settings
+from hypothesis import strategies as st
 
 from amdgpu_virt import conf as conf_pkg
 from amdgpu_virt import exception
@@ -110,8 +116,14 @@ class DecideTest(testtools.TestCase):
         for value, reason in ((3, 'not a string'),
                               ('name: x', 'unknown field(s) name'),
                               ('platform: vm', 'unknown field(s) platform'),
-                              ('a: &x [1]\nb: *x', 'aliases'),
-                              ('y' * 3000, 'at most')):
+                              ('memory: &x 1GiB\ncompute: *x',
+                               'aliases'),
+                              ('a: &x [1]\nb: *x', 'nested'),
+                              ('memory: {a: 1}', 'nested'),
+                              ('[' * 200 + ']' * 200, 'nested'),
+                              ('memory:\n  a: 1', 'memory: a plain value'),
+                              ('y' * 3000, '3000 characters, at most '
+                               '512')):
             err = self.assertRaises(exception.WorkloadSpecError,
                                     intent.parse, value, 'pod ns/p')
             self.assertIn(reason, str(err))
@@ -211,3 +223,108 @@ class MemoryRuleTest(testtools.TestCase):
             [self._at('hook')]), self.engine)
         self.assertIs(Kind.CU, decision.kind)
         self.assertNotIn('memory-enforcement', decision.reason)
+
+
+class GpusBoundTest(testtools.TestCase):
+    """``gpus`` is checked against the nodes, as memory and compute are
+    against the GPUs."""
+
+    def setUp(self) -> None:
+        super().setUp()
+        self.engine = policy_engine.Engine(conf_pkg.new_conf())
+
+    def _decide(self, needs: str, nodes: list[list[hami.DeviceInfo]]
+                ) -> intent.IntentDecision:
+        devices = [d for node in nodes for d in node]
+        counts = []
+        for node in nodes:
+            count: dict[intent.ShapeKey, int] = {}
+            for device in node:
+                key = intent.shape_key(device)
+                assert key is not None
+                count[key] = count.get(key, 0) + 1
+            counts.append(count)
+        w = intent.workload(intent.parse(needs, 'pod ns/p'), 'p', None)
+        return intent.decide(w, intent.models_from_registrations(devices),
+                             self.engine,
+                             most=intent.most_per_node(counts))
+
+    def test_more_gpus_than_any_node_has_never_fit(self) -> None:
+        eight = [[MI300X] * 8, [MI300X] * 8]
+        decision = self._decide('gpus: 17', eight)
+        self.assertIs(Code.NEVER, decision.code)
+        self.assertEqual(
+            'fits no node of the cluster: [gpus] requested 17 GPUs for one '
+            'pod, but no node registers more than 8 GPUs of one shape (AMD '
+            'Instinct MI300X: 8); a pod\'s GPUs are all on its node',
+            decision.reason)
+        self.assertIs(Code.PLACED, self._decide('gpus: 8', eight).code)
+
+    def test_only_the_shapes_with_enough_gpus_are_named(self) -> None:
+        nodes = [[MI300X] * 8, [MI210] * 4]
+        decision = self._decide('gpus: 6', nodes)
+        self.assertIs(Code.PLACED, decision.code)
+        self.assertEqual(('AMD Instinct MI300X',), decision.use_types)
+        self.assertEqual((), self._decide('gpus: 4', nodes).use_types)
+
+
+_FIELD = st.sampled_from(intent.FIELDS + ('name', 'platform', '<<', ''))
+_SCALAR = st.sampled_from(['1', '17', '20GiB', '25%', 'whole', 'isolated',
+                           'trusted', 'high', 'true', '-3', '1e999',
+                           '9' * 80, "'x'", '"y"', '&a 1', '*a', '!!binary',
+                           '|', '>', '~'])
+#: statements as a pod could write them, well or badly formed
+_STATEMENT = st.one_of(
+    st.lists(st.tuples(_FIELD, _SCALAR), max_size=8).map(
+        lambda pairs: ', '.join('%s: %s' % pair for pair in pairs)),
+    st.lists(st.tuples(_FIELD, _SCALAR), max_size=8).map(
+        lambda pairs: '\n'.join('%s: %s' % pair for pair in pairs)),
+    st.text(st.sampled_from('{}[]:,&*!|>-?#%@` \'"\n\tagpus0'),
+            max_size=3000),
+    st.integers(1, 5000).map(lambda n: '[' * n + ']' * n),
+    st.integers(1, 5000).map(lambda n: 'gpus: ' + '{a: ' * n + '1' +
+                             '}' * n))
+
+
+class StatementGrammarTest(testtools.TestCase):
+    """Whatever a pod states: a mapping of plain values of the known
+    fields, or an error naming the annotation, in bounded time."""
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        super().setUpClass()
+        # the first parse of a process builds the YAML loader's tables:
+        # not the work a statement makes
+        intent.parse('gpus: 1, memory: 1GiB', 'pod ns/p')
+
+    @settings(max_examples=400, deadline=None)
+    @given(_STATEMENT)
+    def test_a_statement_or_a_named_error(self, text: str) -> None:
+        # CPU time of this thread (not the machine's load), with the
+        # collector off: a collection of what hypothesis made is not the
+        # parse's work
+        error: exception.WorkloadSpecError | None = None
+        raw: dict[str, object] = {}
+        gc.disable()
+        began = time.thread_time()
+        try:
+            raw = intent.parse(text, 'pod ns/p', 'workload.gpu.amd.com/a')
+        except exception.WorkloadSpecError as err:
+            error = err
+        finally:
+            spent = time.thread_time() - began
+            gc.enable()
+        if error is not None:
+            self.assertIn('workload.gpu.amd.com/a', str(error))
+            if len(text) > intent.MAX_LENGTH:
+                self.assertIn('at most %d are read' % intent.MAX_LENGTH,
+                              str(error))
+        else:
+            self.assertLessEqual(len(text), intent.MAX_LENGTH)
+            self.assertLessEqual(text.count('[') + text.count('{'), 1)
+            self.assertTrue(set(raw) <= set(intent.FIELDS), raw)
+            for value in raw.values():
+                self.assertNotIsInstance(value, (dict, list))
+        # bounded work: a parse of at most MAX_LENGTH characters and no
+        # nesting (the deep ones took 0.55 s each before the bounds)
+        self.assertLess(spent, 0.25)

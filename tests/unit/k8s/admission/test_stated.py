@@ -174,23 +174,31 @@ class StatedTest(_Base):
                                                'image': 'busybox'}]
         self.assertIn("'trian', and an ephemeral container cannot be given "
                       'GPUs', self.denied(pod))
-        # thousands of long hostile names: one bounded message
+        # long hostile names: one bounded message
+        pod['metadata']['annotations'] = {
+            _key('x%04d' % n + 'y' * 1000): NEEDS for n in range(30)}
+        message = self.denied(pod)
+        self.assertLess(len(message), 3000)
+        self.assertIn("'x0000yyy", message)
+        self.assertIn('and 22 more', message)
+        # thousands: refused by their number, before any is read
         pod['metadata']['annotations'] = {
             _key('x%04d' % n + 'y' * 1000): NEEDS for n in range(2000)}
         message = self.denied(pod)
         self.assertLess(len(message), 3000)
-        self.assertIn("'x0000yyy", message)
+        self.assertIn('2000 statements of needs; a pod may carry at most '
+                      '32', message)
         self.assertIn('and 1992 more', message)
 
     def test_a_denial_lists_a_bounded_number_of_problems(self) -> None:
-        names = ['c%03d' % n for n in range(100)]
+        names = ['c%03d' % n for n in range(30)]
         pod = _pod({_key(n): 'memory: %dGiB' % (300 + int(n[1:]))
                     for n in names}, *names)
         message = self.denied(pod)
         self.assertEqual(webhook.MAX_PROBLEMS + 1, message.count('; ') + 1)
         self.assertIn("container 'c000': metadata.annotations["
                       'workload.gpu.amd.com/c000]: fits no GPU', message)
-        self.assertTrue(message.endswith('and 80 more problems'), message)
+        self.assertTrue(message.endswith('and 10 more problems'), message)
 
     def test_a_need_that_never_fits_names_its_container(self) -> None:
         pod = _pod({_key('a'): NEEDS, _key('b'): 'memory: 300GiB'},
@@ -329,22 +337,29 @@ class StatedTest(_Base):
         self.assertNotIn('schedulerName', patched['spec'])
 
     def test_many_containers_are_judged_in_one_review(self) -> None:
-        # hostile: 300 containers, each with its own statement
-        names = ['c%03d' % n for n in range(300)]
+        # as many containers as statements may be, each its own
+        names = ['c%03d' % n for n in range(32)]
         pod = _pod({_key(n): 'memory: %dMiB, compute: 10%%' % (
             1024 + int(n[1:])) for n in names}, *names)
         patched = self.admitted(pod)
-        self.assertEqual('1323', self.limits(patched)['c299'][
+        self.assertEqual('1055', self.limits(patched)['c031'][
             'amd.com/gpumem'])
-        self.assertEqual(300, len(self.events.calls))
+        self.assertEqual(32, len(self.events.calls))
         # the same statement everywhere is judged once
         calls = []
         models = self.policy.models
         self.policy = admission.IntentPolicy(
             self.policy.engine, lambda: calls.append(1) or models())
         pod = _pod({_key(n): NEEDS for n in names}, *names)
-        self.assertEqual(SLICE, self.limits(self.admitted(pod))['c123'])
+        self.assertEqual(SLICE, self.limits(self.admitted(pod))['c023'])
         self.assertEqual(1, len(calls))
+        # and the same needs everywhere make one Event, not one each
+        self.events.calls.clear()
+        self.admitted(pod)
+        self.assertEqual(1, len(self.events.calls))
+        self.assertIsNone(self.events.calls[0][4])
+        self.assertIn("containers 'c000', 'c001',", self.events.calls[0][3])
+        self.assertIn('and 24 more: CU slice', self.events.calls[0][3])
 
     def test_hostile_keys_and_values(self) -> None:
         for stated, reason in (

@@ -341,7 +341,10 @@ class TestHostileClaims(testtools.TestCase):
         self.fx.prepare(obj)
         path = self.fx.plugin.state.path
         good = dra_state.dumps(self.fx.plugin.state.load())
-        for text, word in (('{"version": 1, "claims": [', 'not JSON'),
+        for text, word in (('{"version": 1, "claims": [', 'not valid JSON'),
+                           ('{"version": 1, "claims": %s1%s}' % (
+                               '[' * 5000, ']' * 5000),
+                            'nested deeper than 100 levels'),
                            ('{"version": 2, "claims": {}}', 'version'),
                            (None, 'overlap')):
             if text is None:
