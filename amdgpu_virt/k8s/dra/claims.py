@@ -14,31 +14,21 @@ what it is: it watches its device and owns nothing of it.
 from __future__ import annotations
 
 import dataclasses
-import decimal
 import math
 import re
 from collections.abc import Mapping
+from fractions import Fraction
 from typing import Any
 
 from amdgpu_virt import exception
+from amdgpu_virt.k8s.api import quantity as api_quantity
 from amdgpu_virt.k8s.dra import devices as dra_devices
 
 MIB = 1 << 20
 #: a Kubernetes quantity: a decimal number, then an exponent or a suffix
-_QUANTITY = re.compile(
-    r'^(?P<sign>[+-]?)(?P<int>[0-9]*)(?:\.(?P<frac>[0-9]*))?'
-    r'(?:[eE](?P<exp>[+-]?[0-9]+)|(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]))?$')
-#: longest quantity read (the API server writes a few characters)
-MAX_QUANTITY = 40
-#: most digits of a quantity's number, and the largest exponent magnitude:
-#: more than any device holds, so a value is judged, never computed on,
-#: beyond them (1e999999 took the plugin minutes in C with the GIL held)
+#: most digits of a quantity's whole value: more than any device holds,
+#: so a larger value is refused before anything is computed from it
 MAX_DIGITS = 24
-MAX_EXPONENT = 24
-_SUFFIXES = {'': (10, 0), 'n': (10, -9), 'u': (10, -6), 'm': (10, -3),
-             'k': (10, 3), 'M': (10, 6), 'G': (10, 9), 'T': (10, 12),
-             'P': (10, 15), 'E': (10, 18), 'Ki': (2, 10), 'Mi': (2, 20),
-             'Gi': (2, 30), 'Ti': (2, 40), 'Pi': (2, 50), 'Ei': (2, 60)}
 #: a request name (and a subrequest's), a DNS label as the API requires
 _REQUEST = re.compile(r'^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?'
                       r'(/[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)?$')
@@ -84,44 +74,25 @@ def _fail(key: str, reason: str) -> exception.DraClaimError:
     return exception.DraClaimError(claim=key, reason=reason)
 
 
-def quantity(key: str, where: str, value: Any) -> decimal.Decimal:
+def quantity(key: str, where: str, value: Any) -> Fraction:
     """The exact value of a quantity as the API writes it (``24Gi``,
-    ``38``, ``1.5e3``); its text is bounded before any arithmetic.
+    ``38``, ``1.5e3``), read by :mod:`amdgpu_virt.k8s.api.quantity`,
+    whose bounds on the text come before any arithmetic.
 
     :raises DraClaimError: naming the claim and ``where`` for anything
-        else: not a string or an integer, longer than
-        :data:`MAX_QUANTITY` characters, not a quantity, more than
-        :data:`MAX_DIGITS` digits or an exponent beyond
-        :data:`MAX_EXPONENT`.
+        else: not a string or an integer, not a quantity, its text beyond
+        the parser's bounds, or a value of more than :data:`MAX_DIGITS`
+        digits.
     """
-    if isinstance(value, int) and not isinstance(value, bool):
-        value = str(value)
-    if not isinstance(value, str) or len(value) > MAX_QUANTITY:
-        raise _fail(key, '%s is not a quantity of at most %d characters: '
-                    '%.60r' % (where, MAX_QUANTITY, value))
-    match = _QUANTITY.match(value)
-    digits = (match.group('int') or '') + (match.group('frac') or '') \
-        if match else ''
-    if match is None or not digits:
-        raise _fail(key, '%s is not a quantity: %r' % (where, value))
-    exponent = match.group('exp')
-    if len(digits.lstrip('0')) > MAX_DIGITS or (
-            exponent is not None and abs(int(exponent)) > MAX_EXPONENT):
-        raise _fail(key, '%s %s is beyond any device (at most %d digits and '
-                    'an exponent of at most %d)' % (where, value, MAX_DIGITS,
-                                                    MAX_EXPONENT))
-    base, power = _SUFFIXES[match.group('suffix') or '']
-    if exponent is not None:
-        base, power = 10, int(exponent)
-    # within the bounds above, exact: at most 24 + 60 digits
-    with decimal.localcontext(decimal.Context(
-            prec=100, Emax=200, Emin=-200, traps=[
-                decimal.Overflow, decimal.InvalidOperation,
-                decimal.DivisionByZero, decimal.Inexact])):
-        number = decimal.Decimal('%s%s.%s' % (
-            match.group('sign'), match.group('int') or '0',
-            match.group('frac') or '0'))
-        return number * decimal.Decimal(base) ** power
+    try:
+        amount = api_quantity.value(value)
+    except exception.InvalidQuantity as err:
+        raise _fail(key, '%s is not a quantity (%s)' % (where, err)) \
+            from None
+    if abs(amount) >= 10 ** MAX_DIGITS:
+        raise _fail(key, '%s %s is beyond any device (at most %d digits)'
+                    % (where, value, MAX_DIGITS))
+    return amount
 
 
 def _share(key: str, where: str, result: Mapping[str, Any],
@@ -142,7 +113,7 @@ def _share(key: str, where: str, result: Mapping[str, Any],
                    consumed['computeUnits'])
     memory = quantity(key, '%s.consumedCapacity.memory' % where,
                       consumed['memory'])
-    if cus != cus.to_integral_value() or not 0 < cus <= \
+    if cus.denominator != 1 or not 0 < cus <= \
             device.compute_units or int(cus) % device.cu_unit:
         raise _fail(key, '%s.consumedCapacity.computeUnits %s is not a '
                     'multiple of %d between %d and %d, the CUs of device %s'

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import decimal
 import time
+from fractions import Fraction
 
 import testtools
 from hypothesis import given
@@ -17,7 +18,7 @@ from amdgpu_virt.k8s.dra import claims
 
 class QuantityTest(testtools.TestCase):
 
-    def _value(self, text: object) -> decimal.Decimal:
+    def _value(self, text: object) -> Fraction:
         return claims.quantity('ns/c', 'results[0].x', text)
 
     def test_what_the_api_writes(self) -> None:
@@ -28,9 +29,15 @@ class QuantityTest(testtools.TestCase):
                                 '0.001'))):
             self.assertEqual(value, self._value(text), text)
 
+    def test_a_number_left_out_is_zero(self) -> None:
+        # as kube-apiserver reads them ('.' and 'Gi' parse as 0): a share
+        # check then refuses the zero
+        for text in ('.', 'Gi'):
+            self.assertEqual(0, self._value(text), text)
+
     def test_anything_else_is_one_named_error(self) -> None:
         for text in ('1e999999', '9e99999999', '1e-999999', '7' * 30,
-                     '1' * 41, '', '.', 'Gi', '12 Gi', '1.5.5', 'NaN',
+                     '1' * 41, '', '12 Gi', '1.5.5', 'NaN',
                      'Infinity', '0x10', 1.5, True, None, ['1'], {'a': 1}):
             err = self.assertRaises(exception.DraClaimError, self._value,
                                     text)
