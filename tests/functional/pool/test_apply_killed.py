@@ -20,20 +20,37 @@ import time
 
 import fixtures
 import testtools
+import yaml
 
 from amdgpu_virt import fileutil
 from amdgpu_virt import ledger as av_ledger
-from amdgpu_virt.model import PciAddress
+from amdgpu_virt.inventory import simulate
 from amdgpu_virt.model import Role
 
 HOSTS = 120
 
 
+def _spec(host: int, model: str) -> simulate.HostSpec:
+    return simulate.HostSpec(hostname='h%03d' % host, model=model, gpus=8,
+                             mode='spx', nps='nps1')
+
+
+def _fleet(path: str, model: str) -> None:
+    """A fleet file of the hosts (apply renders each Kubernetes host's
+    ResourceSlices from its inventory)."""
+    with open(path, 'w', encoding='utf-8') as stream:
+        yaml.safe_dump({'hosts': [
+            {'hostname': 'h%03d' % host, 'model': model, 'gpus': 8,
+             'mode': 'spx', 'nps': 'nps1'} for host in range(HOSTS)]},
+            stream)
+
+
 def _ledger(path: str, model: str) -> None:
     av_ledger.save(av_ledger.build([
-        av_ledger.GpuAssignment('h%03d' % host, PciAddress.parse(
-            '0000:%02x:00.0' % (0x10 + gpu)), Role.K8S_SHARED, model)
-        for host in range(HOSTS) for gpu in range(8)]), path)
+        av_ledger.GpuAssignment('h%03d' % host, gpu.address,
+                                Role.K8S_SHARED, model)
+        for host in range(HOSTS)
+        for gpu in simulate.design_host(_spec(host, model)).gpus]), path)
 
 
 class ApplyKilledTest(testtools.TestCase):
@@ -45,17 +62,22 @@ class ApplyKilledTest(testtools.TestCase):
         self.conf = os.path.join(self.tmp, 'amdgpu-virt.conf')
         open(self.conf, 'w').close()
         self.ledgers = []
+        self.fleets = {}
         for model in ('MI300X', 'MI308X'):
             path = os.path.join(self.tmp, '%s.yaml' % model)
             _ledger(path, model)
             self.ledgers.append(path)
+            self.fleets[path] = os.path.join(self.tmp, '%s-fleet.yaml'
+                                             % model)
+            _fleet(self.fleets[path], model)
 
     def _command(self, ledger: str, *extra: str,
                  out: str | None = None) -> list[str]:
         return [sys.executable, '-c', 'from amdgpu_virt.cmd.main import '
                 'main; raise SystemExit(main())', '--config-file', self.conf,
-                'apply', '--ledger', ledger, '--output-dir', out or self.out,
-                '--progress-every', '0', *extra]
+                'apply', '--ledger', ledger, '--fleet', self.fleets[ledger],
+                '--output-dir', out or self.out, '--progress-every', '0',
+                *extra]
 
     def _files(self) -> list[str]:
         return [os.path.join(d, n) for d, _s, names in os.walk(self.out)
@@ -66,9 +88,10 @@ class ApplyKilledTest(testtools.TestCase):
             fileutil.TEMP_PREFIX) and not p.endswith('apply.json')}
 
     def _kill_while_writing(self, ledger: str, host: int) -> None:
-        """Run apply; SIGKILL it as soon as it has written the roles of
+        """Run apply; SIGKILL it as soon as it has written the slices of
         host number ``host`` (it is then writing the next hosts')."""
-        mark = os.path.join(self.out, 'h%03d' % host, 'k8s', 'roles.yaml')
+        mark = os.path.join(self.out, 'h%03d' % host, 'k8s',
+                            'dra-resourceslices.yaml')
 
         def written() -> int:
             try:
