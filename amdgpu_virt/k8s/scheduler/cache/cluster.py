@@ -305,7 +305,9 @@ class ClusterCache:
         if self._dirty - self._views.keys() or \
                 self._dirty - self._nodes.keys():
             self._names = None   # the known nodes change
-        for name in self._dirty:
+        # in name order: the indexes keep names sorted, and a whole
+        # cluster given in order only appends
+        for name in sorted(self._dirty):
             self.index.remove(name, name not in self._nodes)
             old = self._views.pop(name, None)
             if old is not None and not full:
