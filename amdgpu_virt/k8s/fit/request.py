@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from amdgpu_virt import exception
+from amdgpu_virt.k8s.fit import host as fithost
 from amdgpu_virt.sharing import hami
 from amdgpu_virt.sharing import packing
 
@@ -60,6 +61,8 @@ class PodRequest:
     gpu_policy: str = hami.DEFAULT_GPU_SCHEDULER_POLICY
     #: the pod names its GPU policy (else it is the default)
     gpu_policy_set: bool = False
+    #: what the pod asks of its node's host (None: unreadable)
+    host: fithost.HostAmount | None = fithost.NOTHING
 
     @property
     def wants_gpus(self) -> bool:
@@ -187,4 +190,5 @@ def pod_request(pod: Mapping[str, Any],
         use_uuids=frozenset(_words(annotations, hami.USE_GPU_UUID)),
         nouse_uuids=frozenset(_words(annotations, hami.NOUSE_GPU_UUID)),
         node_policy=policies[0], gpu_policy=policies[1],
-        gpu_policy_set=bool(annotations.get(hami.GPU_SCHEDULER_POLICY)))
+        gpu_policy_set=bool(annotations.get(hami.GPU_SCHEDULER_POLICY)),
+        host=fithost.pod_request(spec))

@@ -41,6 +41,21 @@ def _field(args: Mapping[str, Any], name: str, kind: type) -> Any:
     return value
 
 
+def gpuless_scores(costs: Mapping[str, float]) -> dict[str, int]:
+    """``/prioritize`` scores (0..10) of the nodes for a pod that asks no
+    GPU, from the GPU capacity it would leave each node unable to feed
+    (:meth:`~amdgpu_virt.k8s.scheduler.cache.cluster.ClusterCache.
+    stranding`): 10 where it strands least, 0 where it strands most,
+    linear in between; all 10 when it strands nothing anywhere."""
+    worst = max(costs.values(), default=0.0)
+    best = min(costs.values(), default=0.0)
+    if worst - best <= 1e-9:
+        return dict.fromkeys(costs, 10)
+    span = worst - best
+    return {name: int(round(10 * (worst - cost) / span))
+            for name, cost in costs.items()}
+
+
 def _node_names(args: Mapping[str, Any]) -> tuple[list[str], bool]:
     """(node names, whether they came as ``Nodes``)."""
     names = args.get('NodeNames')

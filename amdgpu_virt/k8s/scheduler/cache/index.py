@@ -6,9 +6,10 @@ indexes by it: by the most free CUs one GPU with a free slot has (in
 1/:data:`BUCKETS` of a GPU) and by its idle GPUs, each ordered within by
 the node's free CUs (tightest first), then by node name: the order in which
 a request meets the nodes depends only on what they hold, never on the
-order in which the cache saw them or on the hash seed of the process. It also groups nodes by registration
-shape (for the "never fits" answers) and keeps the nodes that take nothing
-now. A request then only tries the nodes whose buckets can hold it.
+order in which the cache saw them or on the hash seed of the process. It
+also groups nodes by registration shape (for the "never fits" answers) and
+keeps the nodes that take nothing now. A request then only tries the nodes
+whose buckets can hold it.
 """
 
 from __future__ import annotations

@@ -140,7 +140,8 @@ class CacheTest(testtools.TestCase):
         listed = schedcache.decode_pod(gpu_pod('b', 'n2', 'h0,AMD,10,30:;',
                                                rv=3))
         assert listed is not None
-        self.cache.load_pods([('ns/b', listed), ('ns/c', None)], 4)
+        self.cache.load_pods([('ns/b', listed, None), ('ns/c', None, None)],
+                             4)
         self.assertEqual('n1', self.cache.placement('ns/b'))
         # the pods per node agree with the placements
         by_node: dict[str, set[str]] = {}
@@ -162,7 +163,8 @@ class CacheTest(testtools.TestCase):
         first = schedcache.decode_pod(gpu_pod('b', 'n1', 'g0,AMD,10,30:;'))
         last = schedcache.decode_pod(gpu_pod('b', 'n2', 'h0,AMD,10,20:;'))
         assert first is not None and last is not None
-        self.cache.load_pods([('ns/b', first), ('ns/b', last)], 4)
+        self.cache.load_pods([('ns/b', first, None), ('ns/b', last, None)],
+                             4)
         self.assertEqual('n2', self.cache.placement('ns/b'))
         self.assertEqual({'n2': {'ns/b'}}, self.cache._by_node)
         self.assertEqual(0, self.cache.view('n1').gpus[0].used_cores)
