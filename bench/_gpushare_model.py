@@ -245,8 +245,11 @@ def make_tasks(cluster: list[Node], seed: int, mix: Mix,
                         max(4, cpu * rng.randint(4, 10)))
         else:
             gpus = rng.choices(wholes, whole_w)[0]
-            cpu = max(1, round(gpus * mix.whole_cpu *
-                               rng.uniform(0.6, 1.4)))
+            # at most what an empty node of that many GPUs has in every
+            # preset (12 cores per GPU): a task that no node could ever
+            # hold says nothing of a policy
+            cpu = min(12 * gpus, max(1, round(
+                gpus * mix.whole_cpu * rng.uniform(0.6, 1.4))))
             task = Task(name, gpus, 100, 0, cpu,
                         max(8, cpu * rng.randint(4, 10)))
         asked += task.demand

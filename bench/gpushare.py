@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import gc
 import sys
 import time
 from typing import Any
@@ -92,9 +93,27 @@ def run(name: str, preset: model.Preset, nodes: int, seed: int,
         cluster, seed, prioritize=(mirror.prioritize, weight)
         if weight and mirror is not None else None, **setting)
     outcome = Outcome(name)
+    inside = isinstance(policy, policies.Ours)
+    # as the extender service does after its list: what is loaded now
+    # stays out of the collector's full passes
+    gc.collect()
+    gc.freeze()
+    try:
+        _place(policy, mirror, placer, tasks, same, by_name, total, inside,
+               outcome, cluster)
+    finally:
+        gc.unfreeze()
+    outcome.clock.close()
+    return outcome
+
+
+def _place(policy: Any, mirror: policies.Mirror | None,
+           placer: _hostsched.DefaultScheduler, tasks: list[model.Task],
+           same: dict[str, str] | None, by_name: dict[str, model.Node],
+           total: int, inside: bool, outcome: Outcome,
+           cluster: list[model.Node]) -> None:
     offered = allocated = 0.0
     marks = list(model.LOADS)
-    inside = isinstance(policy, policies.Ours)
     for task in tasks:
         if task.gpuless:
             node = None
@@ -143,8 +162,6 @@ def run(name: str, preset: model.Preset, nodes: int, seed: int,
                 outcome.stranded = model.stranded(cluster, tasks)
     for mark in marks:
         outcome.allocated[mark] = allocated / total
-    outcome.clock.close()
-    return outcome
 
 
 def _table(outcomes: list[Outcome], gpus: int) -> None:

@@ -429,7 +429,9 @@ class Mix:
                host: tuple[int, int] | None = None) -> None:
         """Count one request (its containers' shapes, and the CPU
         millicores and memory bytes it asks of its host)."""
-        self._hosts.record(*(host or (0, 0)))
+        shapes = list(shapes)
+        gpus = sum(s.gpus if s.whole else s.gpus * s.cus for s in shapes)
+        self._hosts.record(*(host or (0, 0)), gpus)
         for shape in shapes:
             self._recent.append(shape)
             self._counts[shape] += 1

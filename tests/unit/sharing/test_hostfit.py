@@ -88,8 +88,26 @@ class CostTest(testtools.TestCase):
             hostfit.placement_cost(delta, taken, total - fragment, before,
                                    after))
 
+    def test_what_a_host_cannot_feed_at_the_mix_rate(self) -> None:
+        rate = (10000.0, 8.0 * GI)
+        self.assertEqual(0.0, hostfit.unfed(3.0, 40000, 64 * GI, rate))
+        self.assertAlmostEqual(2.4, hostfit.unfed(3.0, 6000, 64 * GI, rate))
+        # memory binds there
+        self.assertAlmostEqual(2.0, hostfit.unfed(3.0, 40000, 8 * GI, rate))
+        self.assertEqual(0.0, hostfit.unfed(3.0, 0, 0, (0.0, 0.0)))
+        # a light request on a host short of CPU lowers what is unfed
+        before = hostfit.unfed(3.0, 6000, 64 * GI, rate)
+        after = hostfit.unfed(2.0, 5000, 60 * GI, rate)
+        self.assertLess(hostfit.placement_cost(0, 1, 0, 0, 0, before,
+                                               after), 0)
+
     def test_the_mix_feeds_the_score(self) -> None:
         mix = packing.Mix(refresh=1, prior_weight=0)
         mix.record([packing.Shape.whole_gpus(1)], (10000, 8 * GI))
+        mix.record([packing.Shape.share(0.5, 0.1)], (10000, 8 * GI))
         self.assertEqual(1.0, mix.score.hosts.blocked(9000, 64 * GI))
         self.assertEqual(0.0, mix.score.hosts.blocked(10000, 8 * GI))
+        # 20 cores and 16 GiB for 1.5 GPUs of capacity
+        per_gpu = mix.score.hosts.per_gpu
+        self.assertAlmostEqual(20000 / 1.5, per_gpu[0])
+        self.assertAlmostEqual(16 * GI / 1.5, per_gpu[1])

@@ -103,19 +103,27 @@ class Packer:
                    asked: fithost.HostAmount | None) -> float:
         """``delta`` (GPU fragmentation added) with the host's part: the
         GPU capacity the node can no longer feed once ``asked`` of its
-        ``free`` host is taken, less what the placement puts to use."""
+        ``free`` host is taken, less what the placement puts to use (see
+        :mod:`amdgpu_virt.sharing.hostfit`)."""
         demands = score.hosts
-        if free is None or not demands.items:
+        if free is None or not demands:
             return delta
         before = demands.blocked(free.cpu, free.memory)
         left = free - (asked or fithost.NOTHING)
         after = demands.blocked(left.cpu, left.memory)
-        if not before and not after:
+        total = sum(f.cus for f in view.frees)
+        unfed_before = hostfit.unfed(total, free.cpu, free.memory,
+                                     demands.per_gpu)
+        unfed_after = hostfit.unfed(total - taken, left.cpu, left.memory,
+                                    demands.per_gpu)
+        if not before and not after and unfed_before == unfed_after:
             return delta
-        usable = hostfit.usable_capacity((f.cus for f in view.frees),
-                                         self._costs.fragment(view))
-        return round(hostfit.placement_cost(delta, taken, usable, before,
-                                            after), 9)
+        usable = hostfit.usable_capacity(
+            (f.cus for f in view.frees), self._costs.fragment(view)) \
+            if before or after else 0.0
+        return round(hostfit.placement_cost(
+            delta, taken, usable, before, after, unfed_before,
+            unfed_after), 9)
 
     def strands(self, view: fit.NodeView, free: fithost.HostAmount | None,
                 asked: fithost.HostAmount | None) -> float:
