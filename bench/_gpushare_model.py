@@ -114,8 +114,7 @@ class Task:
     @property
     def demand(self) -> float:
         """GPUs asked."""
-        return self.gpus if self.whole else self.percent / 100 * \
-            min(1, self.gpus)
+        return self.gpus if self.whole else self.percent / 100 * self.gpus
 
 
 class Gpu:
@@ -263,14 +262,15 @@ Choice = tuple[Node, list[Gpu]]
 
 
 def apply(choice: Choice, task: Task) -> float:
-    """Place ``task``; returns the GPU capacity it got (in GPUs)."""
+    """Place ``task``; returns the GPU capacity it asked (in GPUs: the
+    FGD study's allocation measure, the same whichever GPU model takes a
+    share, although a model's CUs round a percent down differently)."""
     node, gpus = choice
     if node.cpu < task.cpu or node.host < task.host:
         raise AssertionError('%s over-committed the host of %s'
                              % (task, node.name))
     node.cpu -= task.cpu
     node.host -= task.host
-    got = 0.0
     for gpu in gpus:
         cus, mem = gpu.need(task)
         if gpu.slots >= gpu.count or gpu.cus < cus or gpu.mem < mem:
@@ -278,10 +278,9 @@ def apply(choice: Choice, task: Task) -> float:
         gpu.cus -= cus
         gpu.mem -= mem
         gpu.slots += 1
-        got += cus / gpu.devcore
     if gpus:
         node.refresh()
-    return got
+    return task.demand if gpus else 0.0
 
 
 def stranded(cluster: list[Node], tasks: list[Task]) -> tuple[int, float]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from collections.abc import Iterable
 from collections.abc import Mapping
 from typing import Any
 
@@ -92,6 +93,9 @@ class Extender:
     :param leftover: called with ``(node, pod uid)`` for a booking whose
         removal kept failing (see :class:`~amdgpu_virt.k8s.
         extenderbookings.Bookings`).
+    :param gpuless_namespaces: namespaces whose pods that ask no AMD GPU
+        are scored by ``/prioritize`` to keep them off the CPU and memory
+        that GPUs need (``*``: every namespace; none by default).
     """
 
     #: nodes one filter call tries when their allocation records refuse
@@ -106,8 +110,12 @@ class Extender:
                  records: recordstore.RecordStore | None = None,
                  scheduler_name: str | None = None,
                  fence: fencing.LeaseFence | None = None,
-                 leftover: Callable[[str, str], None] | None = None) -> None:
+                 leftover: Callable[[str, str], None] | None = None,
+                 gpuless_namespaces: Iterable[str] = ()) -> None:
         self.cache = cache
+        #: namespaces whose pods without GPUs /prioritize scores by the
+        #: GPU capacity they would strand ('*': every namespace)
+        self.gpuless_namespaces = frozenset(gpuless_namespaces)
         self.api = core_api
         self.locker = locker or nodelock.NodeLocker(core_api)
         self.default_node_policy = default_node_policy
@@ -285,7 +293,10 @@ class Extender:
     def prioritize(self, args: Any) -> list[dict[str, Any]]:
         """``[HostPriority{Host, Score}]``: 10 for the node the filter
         chose, else by the pod's node policy (busier nodes higher for
-        binpack, idler for spread)."""
+        binpack, idler for spread); for a pod that asks no AMD GPU, of a
+        namespace of ``gpuless_namespaces``, by how little GPU capacity its
+        CPU and memory would leave unfed (:func:`gpuless_scores`), 0
+        everywhere for the others (no preference)."""
         if not isinstance(args, Mapping):
             raise exception.ExtenderRequestError(field='(body)',
                                                  reason='not an object')
@@ -295,6 +306,8 @@ class Extender:
             request = self._request(pod)
         except exception.ExtenderRequestError:
             return [{'Host': n, 'Score': 0} for n in names]
+        if not request.wants_gpus:
+            return self._prioritize_gpuless(pod, request, names)
         chosen = self.cache.placement(schedcache.pod_key(pod))
         result = []
         for name in names:
@@ -310,6 +323,23 @@ class Extender:
             result.append({'Host': name, 'Score': score})
         self.metrics.decisions.labels('prioritize', 'ok').inc()
         return result
+
+    def _prioritize_gpuless(self, pod: Mapping[str, Any],
+                            request: fit.PodRequest,
+                            names: list[str]) -> list[dict[str, Any]]:
+        """Scores a pod without AMD GPU: where its host request strands
+        least GPU capacity (the request's pod is trusted here: a score
+        writes nothing)."""
+        namespace = (pod.get('metadata') or {}).get('namespace')
+        wanted = self.gpuless_namespaces
+        if request.host is None or not (
+                '*' in wanted or namespace in wanted):
+            self.metrics.decisions.labels('prioritize', 'ignored').inc()
+            return [{'Host': n, 'Score': 0} for n in names]
+        scores = gpuless_scores(self.cache.stranding(names, request.host))
+        self.metrics.decisions.labels('prioritize', 'gpuless').inc()
+        # a node the cache does not know holds no GPU it knows of
+        return [{'Host': n, 'Score': scores.get(n, 10)} for n in names]
 
     # -- bind --------------------------------------------------------------
 

@@ -133,7 +133,8 @@ class Service:
             default_gpu_policy=group.gpu_scheduler_policy,
             records=records, scheduler_name=conf.kubernetes.scheduler_name,
             fence=lease_fence(conf, core_api),
-            leftover=self.collector.remove_later)
+            leftover=self.collector.remove_later,
+            gpuless_namespaces=group.gpuless_namespaces)
         # this process is the extender's own: pause the cyclic collector
         # while a list is read, and after each list keep the loaded objects
         # out of its full passes

@@ -52,6 +52,10 @@ VARIANTS: dict[str, dict[str, Any]] = {
                     'networkPolicy': {'enabled': False}},
     'other-namespace': {},
     'dra': {'dra': {'enabled': True}, 'webhook': {'draClaims': True}},
+    'gpuless-pods': {'scheduler': {
+        'percentageOfNodesToScore': 0,
+        'extender': {'gpulessNamespaces': ['batch', 'services'],
+                     'gpulessWeight': 3}}},
 }
 #: the namespace a variant is installed in (default: NAMESPACE)
 VARIANT_NAMESPACES = {'other-namespace': 'gpu-system'}
