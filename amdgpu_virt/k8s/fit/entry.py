@@ -116,6 +116,26 @@ def decode_node(obj: Mapping[str, Any],
     return node_entry(name, value, capacity, resource, allocatable)
 
 
+def node_inputs(obj: Mapping[str, Any],
+                resource: str = hami.RESOURCE_GPU) -> tuple[Any, ...]:
+    """What :func:`decode_node` reads of ``obj``: equal inputs give equal
+    entries (a node's other changes, such as its lock, need no decoding
+    again)."""
+    meta = obj.get('metadata') or {}
+    annotations = meta.get('annotations') or {}
+    status = obj.get('status') or {}
+    if not isinstance(status, Mapping):
+        status = {}
+    capacity = status.get('capacity') or {}
+    allocatable = status.get('allocatable') or {}
+    return (meta.get('name'), annotations.get(hami.NODE_REGISTER)
+            if isinstance(annotations, Mapping) else None,
+            capacity.get(resource) if isinstance(capacity, Mapping)
+            else capacity,
+            (allocatable.get('cpu'), allocatable.get('memory'))
+            if isinstance(allocatable, Mapping) else allocatable)
+
+
 def node_entry(name: str, value: str, capacity: Any,
                resource: str = hami.RESOURCE_GPU,
                allocatable: fithost.HostAmount | None = None) -> NodeEntry:

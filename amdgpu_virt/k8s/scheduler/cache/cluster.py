@@ -121,6 +121,8 @@ class ClusterCache:
         self._wanted: tuple[set[str], set[str]] = (set(), set())
         self.lock = threading.RLock()
         self._nodes: dict[str, NodeEntry] = {}
+        #: what each node's last event gave the decoder (see set_node)
+        self._node_inputs: dict[str, tuple[Any, ...]] = {}
         self._pods: dict[str, PodEntry] = {}
         self._reserved: dict[str, _Reservation] = {}
         #: node -> keys of pods whose effective placement is there
@@ -195,8 +197,14 @@ class ClusterCache:
     # -- feeding --------------------------------------------------------
 
     def set_node(self, obj: Mapping[str, Any]) -> None:
+        inputs = cacheentry.node_inputs(obj, self.resource)
+        name = inputs[0]
+        with self.lock:
+            if name in self._nodes and self._node_inputs.get(name) == inputs:
+                return   # its lock or labels changed, not what we read
         entry = decode_node(obj, self.resource)
         with self.lock:
+            self._node_inputs[entry.name] = inputs
             self.hosts.set_allocatable(entry.name, entry.allocatable)
             if self._nodes.get(entry.name) != entry:
                 self._nodes[entry.name] = entry
@@ -204,6 +212,7 @@ class ClusterCache:
 
     def delete_node(self, name: str) -> None:
         with self.lock:
+            self._node_inputs.pop(name, None)
             self.hosts.drop_node(name)
             self._nodes.pop(name, None)
             self._dirty.add(name)
@@ -218,6 +227,7 @@ class ClusterCache:
         the pods are listed too."""
         with self.lock:
             self._nodes = {entry.name: entry for entry in entries}
+            self._node_inputs.clear()
             self.hosts.load_nodes((entry.name, entry.allocatable)
                                   for entry in self._nodes.values())
             self._views.clear()

@@ -170,6 +170,23 @@ class CacheTest(testtools.TestCase):
         self.assertEqual(0, self.cache.view('n1').gpus[0].used_cores)
         self.assertEqual(20, self.cache.view('n2').gpus[0].used_cores)
 
+    def test_a_node_change_the_cache_does_not_read_keeps_its_view(
+            self) -> None:
+        self.cache.set_node(node('n2', [device('h0')]))
+        view = self.cache.view('n2')
+        locked = node('n2', [device('h0')])
+        locked['metadata']['annotations'][hami.NODE_LOCK] = 'held'
+        self.cache.set_node(locked)
+        self.assertIs(view, self.cache.view('n2'))
+        # what the cache reads changes: read again
+        self.cache.set_node(node('n2', [device('h0'), device('h1', 1)]))
+        self.assertEqual(['h0', 'h1'], [g.info.id for g in
+                                        self.cache.view('n2').gpus])
+        self.cache.set_node(node('n2', [device('h0'), device('h1', 1)],
+                                 allocatable={'cpu': '8',
+                                              'memory': '1Gi'}))
+        self.assertEqual(8000, self.cache.host_free('n2').cpu)
+
     def test_node_events(self) -> None:
         self.cache.set_node(node('n2', [device('h0')]))
         self.assertEqual(2, self.cache.node_count())
