@@ -15,7 +15,9 @@
 * ``ours``: the extender itself (``ClusterCache.decide_and_reserve`` with
   its fragmentation score, host included), given the nodes whose host can
   hold the task as kube-scheduler would, and fed every placed pod (tasks
-  without GPU too) as its watch is.
+  without GPU too) as its watch is;
+* ``ours-gpu-only``: the same without the score's host term (the request
+  mix told no host demand): what the score was before it saw the host.
 """
 
 from __future__ import annotations
@@ -307,5 +309,21 @@ class Plain(Ours):
     packing = False
 
 
+class GpuOnly(Ours):
+    """The extender's score without its host term (what it was before):
+    the request mix is told no host demand."""
+
+    name = 'ours-gpu-only'
+
+    def __init__(self, cluster: list[Node], tasks: list[Task],
+                 candidates: int = 256) -> None:
+        super().__init__(cluster, tasks, candidates)
+        mix = self.cache.mix
+        assert mix is not None
+        record = mix.record
+        mix.record = lambda shapes, host=None: record(  # type: ignore
+            shapes, None)
+
+
 POLICIES: dict[str, Any] = {p.name: p for p in (
-    Hami, BestFit, DotProduct, Fgd, Plain, Ours)}
+    Hami, BestFit, DotProduct, Fgd, Plain, Ours, GpuOnly)}

@@ -23,8 +23,8 @@ per pod by kind (from the stand-in's request log, the node's calls left
 out), writes per pod, CPU time per pod of the extender, the stand-in and
 this driver (``psutil``), and the extender's own split (decision, filter
 and bind handling, from its ``/metrics``). ``--profile`` profiles the
-stand-in's request handling (``cProfile``, every handler thread) and
-prints its top functions; ``--py-spy`` samples the extender process with
+stand-in's request handling (``cProfile`` on each handler thread's CPU
+time) and prints its top functions; ``--py-spy`` samples the extender process with
 ``py-spy`` (when installed: it is not a dependency of the project) while
 the pods are placed, counting only samples holding the interpreter lock
 (its CPU), and prints where they fall.
@@ -86,7 +86,8 @@ def _standin(conn: Any, profile: bool) -> None:
         handle = apiserver._Handler.handle
 
         def profiled(self: Any) -> None:
-            profiler = cProfile.Profile()
+            # CPU time of the handler thread, not its waits
+            profiler = cProfile.Profile(time.thread_time)
             try:
                 profiler.runcall(handle, self)
             finally:
@@ -107,7 +108,7 @@ def _standin(conn: Any, profile: bool) -> None:
                 stats = pstats.Stats(profiles[0], stream=out)
                 for other in profiles[1:]:
                     stats.add(other)
-                stats.sort_stats('tottime').print_stats(14)
+                stats.sort_stats('tottime').print_stats(16)
             conn.send(out.getvalue())
         else:
             server.stop()

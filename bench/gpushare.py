@@ -292,7 +292,8 @@ def main(argv: list[str]) -> int:
                     for name in args.policies.split(','):
                         started = time.perf_counter()
                         options = {'candidates': args.candidates} \
-                            if name in ('ours', 'plain') else {}
+                            if name in ('ours', 'plain', 'ours-gpu-only') \
+                            else {}
                         outcome = run(name, preset, args.nodes, seed,
                                       tasks, gpuless, reference
                                       if mode == 'same' else None,
