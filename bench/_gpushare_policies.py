@@ -35,6 +35,7 @@ from _gpushare_model import Node
 from _gpushare_model import Task
 
 from amdgpu_virt.k8s import fit
+from amdgpu_virt.k8s.fit import host as fithost
 from amdgpu_virt.k8s.scheduler import core
 from amdgpu_virt.k8s.scheduler.cache import cluster as schedcache
 from amdgpu_virt.sharing import hami
@@ -221,10 +222,13 @@ class Mirror:
     every node's registration and allocatable, every placed pod.
 
     :param mix: the fragmentation score's mix (None: packing off).
+    :param learn: record each GPU task it is shown in the mix (as the
+        extender's filter would have: for another policy's placements).
     """
 
     def __init__(self, cluster: list[Node], mix: packing.Mix | None,
-                 candidates: int = 256) -> None:
+                 candidates: int = 256, learn: bool = False) -> None:
+        self.learn = learn
         self.cluster = cluster
         self.by_uuid = {g.uuid: g for n in cluster for g in n.gpus}
         self.by_name = {n.name: n for n in cluster}
@@ -252,6 +256,12 @@ class Mirror:
         obj = pod(task)
         obj['metadata']['resourceVersion'] = str(self.version)
         obj['spec']['nodeName'] = node.name
+        mix = self.cache.mix
+        if gpus and self.learn and mix is not None:
+            request = fit.pod_request(obj)
+            host = request.host or fithost.NOTHING
+            mix.record(request.shapes(self.cache.reference_mem),
+                       (host.cpu, host.memory))
         if gpus:
             if devices is None:
                 devices = (tuple(hami.ContainerDevice(

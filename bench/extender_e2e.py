@@ -24,8 +24,8 @@ out), writes per pod, CPU time per pod of the extender, the stand-in and
 this driver (``psutil``), and the extender's own split (decision, filter
 and bind handling, from its ``/metrics``). ``--profile`` profiles the
 stand-in's request handling (``cProfile`` on each handler thread's CPU
-time) and prints its top functions; ``--py-spy`` samples the extender process with
-``py-spy`` (when installed: it is not a dependency of the project) while
+time) and prints its top functions; ``--py-spy`` samples the extender
+process with ``py-spy`` (when installed: not a project dependency) while
 the pods are placed, counting only samples holding the interpreter lock
 (its CPU), and prints where they fall.
 

@@ -87,8 +87,8 @@ def run(name: str, preset: model.Preset, nodes: int, seed: int,
     setting = dict(_hostsched.options()[gpuless])
     weight = setting.pop('weight', 0)
     mirror = policy if isinstance(policy, policies.Mirror) else (
-        policies.Mirror(cluster, policies.packing.Mix()) if weight
-        else None)
+        policies.Mirror(cluster, policies.packing.Mix(), learn=True)
+        if weight else None)
     placer = _hostsched.DefaultScheduler(
         cluster, seed, prioritize=(mirror.prioritize, weight)
         if weight and mirror is not None else None, **setting)
