@@ -178,7 +178,7 @@ scheduler_opts: list[cfg.Opt] = [
              '* empty: such pods get the same score everywhere (no '
              'preference)\n'
              '* namespace names\n'
-             '* *: every namespace\n\n'
+             '* ``*``: every namespace\n\n'
              'Related options:\n\n'
              '* packing\n'),
     cfg.IntOpt(
