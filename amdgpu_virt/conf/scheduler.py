@@ -169,6 +169,22 @@ scheduler_opts: list[cfg.Opt] = [
              '* 1 (the tightest node that fits) to 100000\n\n'
              'Related options:\n\n'
              '* packing\n'),
+    cfg.ListOpt(
+        'gpuless_namespaces', default=[],
+        help='Namespaces whose pods that ask no AMD GPU /prioritize scores '
+             'by the GPU capacity their CPU and memory requests would leave '
+             'a node unable to feed (kube-scheduler calls /prioritize for '
+             'them only through an extender entry without '
+             'managedResources; the chart renders one when '
+             'scheduler.gpulessPods.namespaces is set). The score uses the '
+             'fragmentation score\'s request mix (packing).\n\n'
+             'Possible values:\n\n'
+             '* empty: such pods get the same score everywhere (no '
+             'preference)\n'
+             '* namespace names\n'
+             '* ``*``: every namespace\n\n'
+             'Related options:\n\n'
+             '* packing\n'),
     cfg.IntOpt(
         'watch_timeout', default=300, min=10, max=3600,
         help='Seconds one node or pod watch request lasts before the '

@@ -21,7 +21,10 @@ every amount is in "GPUs"). For a request :class:`Shape`:
 The node's fragmentation is the sum over the :class:`Mix` of request
 shapes, each weighted by its share of recent requests (with a prior for a
 cluster that has asked nothing yet); :func:`placement_cost` is its change
-when a request lands. Lower is better; ties go to the tightest fit.
+when a request lands. Lower is better; ties go to the tightest fit. The
+host beside the GPUs (CPU and memory the recent requests asked, see
+:mod:`amdgpu_virt.sharing.hostfit`) adds the GPU capacity a node can no
+longer feed: :attr:`Score.hosts`.
 
 Pure: no Kubernetes, no OpenStack; the extender's fit and the fleet
 planner both call it.
@@ -36,6 +39,7 @@ from collections.abc import Sequence
 
 from amdgpu_virt import exception
 from amdgpu_virt.sharing import allocator
+from amdgpu_virt.sharing import hostfit
 
 #: the prior mix: shares of a GPU and whole-GPU counts, with weights
 DEFAULT_PRIOR = ('0.05:2', '0.1:2', '0.25:2', '0.5:2', '1:2', '2:1', '4:1',
@@ -169,10 +173,14 @@ class Score:
     """Scores placements against a mix; memoises per GPU state.
 
     :param weights: the mix (see :class:`Mix`).
+    :param hosts: what the mix's requests asked of their hosts (none: the
+        host is left out).
     """
 
-    def __init__(self, weights: Weights) -> None:
+    def __init__(self, weights: Weights,
+                 hosts: hostfit.Demands | None = None) -> None:
         self.weights = weights
+        self.hosts = hosts or hostfit.Demands()
         self._memo: dict[tuple[float, float, bool, int], float] = {}
         self._ranged: dict[tuple[tuple[float, ...], float, bool, int],
                            float] = {}
@@ -413,11 +421,17 @@ class Mix:
         self.refresh = max(1, refresh)
         self._recent: collections.deque[Shape] = collections.deque()
         self._counts = collections.Counter[Shape]()
+        self._hosts = hostfit.Window(self.window)
         self._since = 0
         self._score = Score(Weights.of(self._prior))
 
-    def record(self, shapes: Iterable[Shape]) -> None:
-        """Count one request (its containers' shapes)."""
+    def record(self, shapes: Iterable[Shape],
+               host: tuple[int, int] | None = None) -> None:
+        """Count one request (its containers' shapes, and the CPU
+        millicores and memory bytes it asks of its host)."""
+        shapes = list(shapes)
+        gpus = sum(s.gpus if s.whole else s.gpus * s.cus for s in shapes)
+        self._hosts.record(*(host or (0, 0)), gpus)
         for shape in shapes:
             self._recent.append(shape)
             self._counts[shape] += 1
@@ -429,12 +443,17 @@ class Mix:
         self._since += 1
         if self._since >= self.refresh:
             self._since = 0
-            self._score = Score(self.weights())
+            self._score = Score(self.weights(), self.host_demands())
 
     def weights(self) -> Weights:
         seen = [(s, float(n)) for s, n in self._counts.items()]
         return Weights.of(seen + [(s, w * self.prior_weight)
                                   for s, w in self._prior])
+
+    def host_demands(self) -> hostfit.Demands:
+        """What the recent requests asked of their hosts (the prior's
+        weight asking nothing)."""
+        return self._hosts.demands(self.prior_weight)
 
     @property
     def score(self) -> Score:

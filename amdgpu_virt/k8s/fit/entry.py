@@ -1,7 +1,9 @@
 """What the extender's cache keeps of a node and of a pod.
 
 :func:`decode_node` and :func:`decode_pod` turn API objects (plain dicts,
-as the API serves them) into :class:`NodeEntry` and :class:`PodEntry`; they
+as the API serves them) into :class:`NodeEntry` and :class:`PodEntry`, and
+:func:`decode_host` any live pod into what it asks of its node's host
+(:data:`HostUse`, pods of every scheduler: they share the host); they
 never raise on what a node or a pod owner wrote: a device that cannot be
 read is left out of its node, a node whose registration cannot be read at
 all offers nothing, and a live pod whose allocation cannot be read gives an
@@ -19,6 +21,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from amdgpu_virt import exception
+from amdgpu_virt.k8s.fit import host as fithost
 from amdgpu_virt.k8s.fit import view as fitview
 from amdgpu_virt.sharing import hami
 
@@ -29,11 +32,18 @@ DONE_PHASES = ('Succeeded', 'Failed')
 
 @dataclasses.dataclass(frozen=True)
 class NodeEntry:
-    """What a node registers: its usable AMD devices, or why none."""
+    """What a node registers: its usable AMD devices, or why none; and
+    what its host offers pods (``status.allocatable``; None: unknown)."""
 
     name: str
     devices: tuple[hami.DeviceInfo, ...]
     problem: str | None = None
+    allocatable: fithost.HostAmount | None = None
+
+
+#: what a live pod asks of a host: the node it is bound to (``''``: none
+#: yet) and its CPU and memory request (None: unreadable)
+HostUse = tuple[str, fithost.HostAmount | None]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,20 +108,44 @@ def decode_node(obj: Mapping[str, Any],
     annotations = meta.get('annotations') or {}
     value = annotations.get(hami.NODE_REGISTER) \
         if isinstance(annotations, Mapping) else None
+    status = obj.get('status') or {}
+    allocatable = fithost.node_allocatable(status)
     if not isinstance(value, str):
-        return NodeEntry(name, ())
-    capacity = ((obj.get('status') or {}).get('capacity') or {}).get(
-        resource)
-    return node_entry(name, value, capacity, resource)
+        return NodeEntry(name, (), None, allocatable)
+    capacity = (status.get('capacity') or {}).get(resource)
+    return node_entry(name, value, capacity, resource, allocatable)
+
+
+def node_inputs(obj: Mapping[str, Any],
+                resource: str = hami.RESOURCE_GPU) -> tuple[Any, ...]:
+    """What :func:`decode_node` reads of ``obj``: equal inputs give equal
+    entries (a node's other changes, such as its lock, need no decoding
+    again)."""
+    meta = obj.get('metadata') or {}
+    annotations = meta.get('annotations') or {}
+    status = obj.get('status') or {}
+    if not isinstance(status, Mapping):
+        status = {}
+    capacity = status.get('capacity') or {}
+    allocatable = status.get('allocatable') or {}
+    return (meta.get('name'), annotations.get(hami.NODE_REGISTER)
+            if isinstance(annotations, Mapping) else None,
+            capacity.get(resource) if isinstance(capacity, Mapping)
+            else capacity,
+            (allocatable.get('cpu'), allocatable.get('memory'))
+            if isinstance(allocatable, Mapping) else allocatable)
 
 
 def node_entry(name: str, value: str, capacity: Any,
-               resource: str = hami.RESOURCE_GPU) -> NodeEntry:
+               resource: str = hami.RESOURCE_GPU,
+               allocatable: fithost.HostAmount | None = None) -> NodeEntry:
     """The entry of node ``name`` registering ``value``, with this
-    capacity of ``resource`` (None: not reported)."""
+    capacity of ``resource`` (None: not reported) and this host
+    ``allocatable``."""
     if capacity is not None and str(capacity) == '0':
         return NodeEntry(name, (), 'node reports %s capacity 0 (device '
-                         'plugin down or every GPU unhealthy)' % resource)
+                         'plugin down or every GPU unhealthy)' % resource,
+                         allocatable)
     try:
         devices = hami.decode_node_register(value)
     except exception.HamiProtocolError as err:
@@ -120,7 +154,7 @@ def node_entry(name: str, value: str, capacity: Any,
             LOG.warning('node %s: %s unreadable, offering nothing: %s',
                         name, hami.NODE_REGISTER, err)
             return NodeEntry(name, (), 'unreadable %s: %s' % (
-                hami.NODE_REGISTER, err))
+                hami.NODE_REGISTER, err), allocatable)
         devices = salvaged
     usable = []
     seen: set[str] = set()
@@ -134,7 +168,7 @@ def node_entry(name: str, value: str, capacity: Any,
             continue
         seen.add(device.id.lower())
         usable.append(device)
-    return NodeEntry(name, tuple(usable))
+    return NodeEntry(name, tuple(usable), None, allocatable)
 
 
 def _salvage(name: str, value: str) -> tuple[hami.DeviceInfo, ...] | None:
@@ -178,6 +212,21 @@ def decode_pod(obj: Mapping[str, Any]) -> PodEntry | None:
         return None
     return pod_entry(pod_key(obj), str(node), key_name, value,
                      annotations.get(hami.CU_ALLOCATED), _rv(obj))
+
+
+def decode_host(obj: Mapping[str, Any]) -> HostUse | None:
+    """What a live pod asks of its node's host, or None when it has
+    finished (any pod, whatever its scheduler; never raises)."""
+    status = obj.get('status') or {}
+    if not isinstance(status, Mapping) or \
+            status.get('phase') in DONE_PHASES:
+        return None
+    spec = obj.get('spec') or {}
+    if not isinstance(spec, Mapping):
+        return '', None
+    node = spec.get('nodeName')
+    return (node if isinstance(node, str) else '',
+            fithost.pod_request(spec))
 
 
 def pod_entry(key: str, node: str, key_name: str, value: Any,

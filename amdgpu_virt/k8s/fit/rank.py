@@ -28,8 +28,9 @@ from amdgpu_virt.k8s.fit.view import NodeView
 from amdgpu_virt.sharing import hami
 from amdgpu_virt.sharing import packing
 
-#: (fragmentation added, free left) of a placement: lower is better
-Key = tuple[float, float]
+#: (fragmentation added, free left, GPU capacity taken) of a placement:
+#: lower is better on the first two
+Key = tuple[float, float, float]
 
 
 @functools.lru_cache(maxsize=4096)
@@ -77,16 +78,18 @@ def _share_part(share_fragment: Any, sig: tuple[int, ...],
 def fast_key(score: packing.Score, view: NodeView,
              want: ContainerRequest,
              gpu_memo: dict[Hashable, Any] | None = None) -> Key | None:
-    """(fragmentation added, free left) of the best placement of one
-    container on ``view``, from its summary, or None when the node cannot
-    hold it (the same for every node of the same signature).
+    """(fragmentation added, free left, capacity taken) of the best
+    placement of one container on ``view``, from its summary, or None when
+    the node cannot hold it (the same for every node of the same
+    signature).
 
     Whole GPUs take idle ones. Shares: each GPU that holds one is costed
     on its own (:func:`packing.share_cost`); ``want.nums`` shares take
     the cheapest GPUs (as :func:`~amdgpu_virt.k8s.fit.placement.fit_node` ranks
     them), and their joint cost is the node's change of fragmentation
     (:func:`packing.placement_cost`). Free left: of the chosen GPU for
-    one share, of the whole node for more.
+    one share, of the whole node for more. Capacity taken: in GPUs (the
+    host term of :mod:`amdgpu_virt.sharing.hostfit` needs it).
 
     :param gpu_memo: what each GPU state takes of the request, kept by
         the caller for one score (a node that changed has most of its
@@ -99,7 +102,7 @@ def fast_key(score: packing.Score, view: NodeView,
         partial = view.partial_free
         cost = score.whole_fragment(left, partial) - \
             score.whole_fragment(view.idle_gpus, partial)
-        return (round(cost, 9), float(left))
+        return (round(cost, 9), float(left), float(want.nums))
     # share_cost per GPU, unrolled with the node's terms computed once
     # (the same arithmetic, so the same keys): this loop is most of a
     # decision's time when a request shape meets nodes it has not seen
@@ -112,7 +115,7 @@ def fast_key(score: packing.Score, view: NodeView,
     whole_terms: dict[tuple[float, bool], float] = {}
     percent, asked = want.percent, want.mem
     memo = {} if gpu_memo is None else gpu_memo
-    fitting: list[tuple[Key, int, float, float, bool]] = []
+    fitting: list[tuple[tuple[float, float], int, float, float, bool]] = []
     for index, (sig, free) in enumerate(zip(view.signature, view.frees,
                                             strict=True)):
         part = memo.get((sig, percent, asked), _MISSING)
@@ -137,7 +140,8 @@ def fast_key(score: packing.Score, view: NodeView,
     if len(fitting) < want.nums:
         return None
     if want.nums == 1:
-        return min(fitting)[0]
+        best = min(fitting)
+        return (*best[0], best[2])
     # several shares: the cheapest GPUs, and the node's change as a whole
     # (what packing.placement_cost gives for them)
     fitting.sort()
@@ -148,9 +152,9 @@ def fast_key(score: packing.Score, view: NodeView,
         after = partial + sum(1.0 - item[2] if item[4] else -item[2]
                               for item in chosen)
         cost += whole_fragment(idle - taken_idle, max(0.0, after)) - base
-    remaining = sum(f.cus for f in view.frees) - \
-        sum(item[2] for item in chosen)
-    return (round(cost, 9), remaining)
+    taken = sum(item[2] for item in chosen)
+    remaining = sum(f.cus for f in view.frees) - taken
+    return (round(cost, 9), remaining, taken)
 
 
 def placement_key(score: packing.Score, view: NodeView,
@@ -158,6 +162,14 @@ def placement_key(score: packing.Score, view: NodeView,
     """(fragmentation added, free left, busiest first, name) of placing
     ``containers`` (from :func:`~amdgpu_virt.k8s.fit.placement.fit_node`) on
     ``view``."""
+    cost, left, _taken = placement_delta(score, view, containers)
+    return (cost, left, -view.usage, view.name)
+
+
+def placement_delta(score: packing.Score, view: NodeView,
+                    containers: hami.PodDevices) -> Key:
+    """:data:`Key` (fragmentation added, free left, capacity taken) of
+    placing ``containers`` on ``view``."""
     index = {gpu.info.id: n for n, gpu in enumerate(view.healthy)}
     changes: dict[int, packing.GpuFree] = {}
     taken = 0.0
@@ -174,7 +186,7 @@ def placement_key(score: packing.Score, view: NodeView,
                 gpu.used_slots + 1 < info.count, used.usedmem)
     cost = packing.placement_cost(score, view.frees, changes)
     left = sum(f.cus for f in view.frees) - taken
-    return (round(cost, 9), left, -view.usage, view.name)
+    return (round(cost, 9), left, taken)
 
 
 class KeyMemo:
@@ -205,6 +217,8 @@ class KeyMemo:
         self._score: packing.Score | None = None
         #: fast_key's GPU memo, for the current score
         self._gpus: dict[Hashable, Any] = {}
+        #: node signature -> its GPU fragmentation, for the current score
+        self._fragments: dict[Hashable, float] = {}
         self._generation = 0
         self._budget = 0
         #: keys computed, and stale keys used as they were (for tests)
@@ -220,9 +234,23 @@ class KeyMemo:
             self._score = score
             self._generation += 1
             self._gpus = {}
-        elif len(self._gpus) > self.size:
-            self._gpus.clear()
+            self._fragments = {}
+        else:
+            if len(self._gpus) > self.size:
+                self._gpus.clear()
+            if len(self._fragments) > self.size:
+                self._fragments.clear()
         self._budget = self.renew
+
+    def fragment(self, view: NodeView) -> float:
+        """The GPU fragmentation of ``view`` (in GPUs) under the score
+        given to :meth:`begin`, memoised by signature."""
+        assert self._score is not None, 'begin() first'
+        value = self._fragments.get(view.signature)
+        if value is None:
+            value = self._score.node_fragment(view.frees)
+            self._fragments[view.signature] = value
+        return value
 
     def key(self, view: NodeView, want: ContainerRequest,
             shape: Hashable) -> Key | None:

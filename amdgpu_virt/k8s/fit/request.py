@@ -15,6 +15,7 @@ from typing import Any
 from amdgpu_virt import exception
 from amdgpu_virt.k8s.api import quantity
 from amdgpu_virt.sharing import enforcement
+from amdgpu_virt.k8s.fit import host as fithost
 from amdgpu_virt.sharing import hami
 from amdgpu_virt.sharing import packing
 
@@ -68,6 +69,8 @@ class PodRequest:
     memory_enforcement: enforcement.Requirement | None = None
     #: who requires it, for reasons (the namespace label)
     memory_enforcement_why: str = ''
+    #: what the pod asks of its node's host (None: unreadable)
+    host: fithost.HostAmount | None = fithost.NOTHING
 
     @property
     def wants_gpus(self) -> bool:
@@ -216,4 +219,5 @@ def pod_request(pod: Mapping[str, Any],
         use_uuids=frozenset(_words(annotations, hami.USE_GPU_UUID)),
         nouse_uuids=frozenset(_words(annotations, hami.NOUSE_GPU_UUID)),
         node_policy=policies[0], gpu_policy=policies[1],
-        gpu_policy_set=bool(annotations.get(hami.GPU_SCHEDULER_POLICY)))
+        gpu_policy_set=bool(annotations.get(hami.GPU_SCHEDULER_POLICY)),
+        host=fithost.pod_request(spec))

@@ -17,6 +17,7 @@ import dataclasses
 import logging
 import time
 from collections.abc import Callable
+from collections.abc import Iterable
 from collections.abc import Mapping
 from typing import Any
 
@@ -41,6 +42,21 @@ def _field(args: Mapping[str, Any], name: str, kind: type) -> Any:
         raise exception.ExtenderRequestError(
             field=name, reason='missing or not a %s' % kind.__name__)
     return value
+
+
+def gpuless_scores(costs: Mapping[str, float]) -> dict[str, int]:
+    """``/prioritize`` scores (0..10) of the nodes for a pod that asks no
+    GPU, from the GPU capacity it would leave each node unable to feed
+    (:meth:`~amdgpu_virt.k8s.scheduler.cache.cluster.ClusterCache.
+    stranding`): 10 where it strands least, 0 where it strands most,
+    linear in between; all 10 when it strands nothing anywhere."""
+    worst = max(costs.values(), default=0.0)
+    best = min(costs.values(), default=0.0)
+    if worst - best <= 1e-9:
+        return dict.fromkeys(costs, 10)
+    span = worst - best
+    return {name: int(round(10 * (worst - cost) / span))
+            for name, cost in costs.items()}
 
 
 def _node_names(args: Mapping[str, Any]) -> tuple[list[str], bool]:
@@ -83,6 +99,9 @@ class Extender:
         require nothing); a namespace labelled
         ``gpu.amd.com/memory-enforcement`` gets its pods' slices only on
         GPUs whose registered memory enforcement meets the label.
+    :param gpuless_namespaces: namespaces whose pods that ask no AMD GPU
+        are scored by ``/prioritize`` to keep them off the CPU and memory
+        that GPUs need (``*``: every namespace; none by default).
     """
 
     #: nodes one filter call tries when their allocation records refuse
@@ -99,9 +118,13 @@ class Extender:
                  fence: fencing.LeaseFence | None = None,
                  leftover: Callable[[str, str], None] | None = None,
                  namespace_labels: Callable[[str], Mapping[str, str]]
-                 | None = None) -> None:
+                 | None = None,
+                 gpuless_namespaces: Iterable[str] = ()) -> None:
         self.cache = cache
         self.namespace_labels = namespace_labels
+        #: namespaces whose pods without GPUs /prioritize scores by the
+        #: GPU capacity they would strand ('*': every namespace)
+        self.gpuless_namespaces = frozenset(gpuless_namespaces)
         self.api = core_api
         self.locker = locker or nodelock.NodeLocker(core_api)
         self.default_node_policy = default_node_policy
@@ -304,7 +327,10 @@ class Extender:
     def prioritize(self, args: Any) -> list[dict[str, Any]]:
         """``[HostPriority{Host, Score}]``: 10 for the node the filter
         chose, else by the pod's node policy (busier nodes higher for
-        binpack, idler for spread)."""
+        binpack, idler for spread); for a pod that asks no AMD GPU, of a
+        namespace of ``gpuless_namespaces``, by how little GPU capacity its
+        CPU and memory would leave unfed (:func:`gpuless_scores`), 0
+        everywhere for the others (no preference)."""
         if not isinstance(args, Mapping):
             raise exception.ExtenderRequestError(field='(body)',
                                                  reason='not an object')
@@ -314,6 +340,8 @@ class Extender:
             request = self._request(pod)
         except exception.ExtenderRequestError:
             return [{'Host': n, 'Score': 0} for n in names]
+        if not request.wants_gpus:
+            return self._prioritize_gpuless(pod, request, names)
         chosen = self.cache.placement(schedcache.pod_key(pod))
         result = []
         for name in names:
@@ -329,6 +357,23 @@ class Extender:
             result.append({'Host': name, 'Score': score})
         self.metrics.decisions.labels('prioritize', 'ok').inc()
         return result
+
+    def _prioritize_gpuless(self, pod: Mapping[str, Any],
+                            request: fit.PodRequest,
+                            names: list[str]) -> list[dict[str, Any]]:
+        """Scores a pod without AMD GPU: where its host request strands
+        least GPU capacity (the request's pod is trusted here: a score
+        writes nothing)."""
+        namespace = (pod.get('metadata') or {}).get('namespace')
+        wanted = self.gpuless_namespaces
+        if request.host is None or not (
+                '*' in wanted or namespace in wanted):
+            self.metrics.decisions.labels('prioritize', 'ignored').inc()
+            return [{'Host': n, 'Score': 0} for n in names]
+        scores = gpuless_scores(self.cache.stranding(names, request.host))
+        self.metrics.decisions.labels('prioritize', 'gpuless').inc()
+        # a node the cache does not know holds no GPU it knows of
+        return [{'Host': n, 'Score': scores.get(n, 10)} for n in names]
 
     # -- bind --------------------------------------------------------------
 

@@ -145,7 +145,8 @@ class Service:
             leftover=self.collector.remove_later,
             # a namespace's memory enforcement label binds within seconds
             namespace_labels=namespaces.NamespaceLabelCache(core_api,
-                                                            ttl=5.0))
+                                                            ttl=5.0),
+            gpuless_namespaces=group.gpuless_namespaces)
         # this process is the extender's own: pause the cyclic collector
         # while a list is read, and after each list keep the loaded objects
         # out of its full passes

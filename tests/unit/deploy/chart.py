@@ -74,6 +74,10 @@ VARIANTS: dict[str, dict[str, Any]] = {
         'networkPolicy': {'metricsFrom': [{'namespaceSelector': {
             'matchLabels': {
                 'kubernetes.io/metadata.name': 'monitoring'}}}]}},
+    'gpuless-pods': {'scheduler': {
+        'percentageOfNodesToScore': 0,
+        'extender': {'gpulessNamespaces': ['batch', 'services'],
+                     'gpulessWeight': 3}}},
 }
 #: the namespace a variant is installed in (default: NAMESPACE)
 VARIANT_NAMESPACES = {'other-namespace': 'gpu-system'}

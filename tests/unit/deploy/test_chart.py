@@ -78,6 +78,45 @@ def _validator(version: str, api_version: str, kind: str) -> Any:
                                                       registry=registry)
 
 
+#: the fields of KubeSchedulerConfiguration v1 the chart may set, from
+#: k8s.io/kube-scheduler/config/v1 (types.go) and the component-base
+#: leader election configuration; a dict value names the fields of each
+#: item (lists) or of the object
+KUBE_SCHEDULER_V1: dict[str, Any] = {
+    'apiVersion': None, 'kind': None, 'parallelism': None,
+    'leaderElection': {'leaderElect': None, 'leaseDuration': None,
+                       'renewDeadline': None, 'retryPeriod': None,
+                       'resourceLock': None, 'resourceName': None,
+                       'resourceNamespace': None},
+    'clientConnection': None, 'enableProfiling': None,
+    'enableContentionProfiling': None, 'percentageOfNodesToScore': None,
+    'podInitialBackoffSeconds': None, 'podMaxBackoffSeconds': None,
+    'profiles': {'schedulerName': None, 'percentageOfNodesToScore': None,
+                 'plugins': None, 'pluginConfig': None},
+    'extenders': {'urlPrefix': None, 'filterVerb': None,
+                  'preemptVerb': None, 'prioritizeVerb': None,
+                  'weight': None, 'bindVerb': None, 'enableHTTPS': None,
+                  'tlsConfig': None, 'httpTimeout': None,
+                  'nodeCacheCapable': None,
+                  'managedResources': {'name': None,
+                                       'ignoredByScheduler': None},
+                  'ignorable': None},
+    'delayCacheUntilActive': None,
+}
+
+
+def _known(test: testtools.TestCase, value: Any, fields: dict[str, Any],
+           where: str) -> None:
+    """Every key of ``value`` (a dict or a list of dicts) is in
+    ``fields``, recursively."""
+    for item in value if isinstance(value, list) else [value]:
+        test.assertIsInstance(item, dict, where)
+        for key, inner in item.items():
+            test.assertIn(key, fields, '%s.%s' % (where, key))
+            if fields[key] is not None:
+                _known(test, inner, fields[key], '%s.%s' % (where, key))
+
+
 def strict_validate(doc: dict[str, Any], version: str) -> None:
     """:raises jsonschema.ValidationError: naming the path at fault."""
     _validator(version, doc['apiVersion'], doc['kind']).validate(doc)
@@ -412,6 +451,54 @@ class VariantTest(testtools.TestCase):
             {'leaderElect': True, 'resourceLock': 'leases',
              'resourceName': 'amdgpu-virt-scheduler',
              'resourceNamespace': 'amdgpu-virt'}, election)
+
+    def test_scheduler_configurations_are_kube_scheduler_v1(self) -> None:
+        # kube-scheduler decodes its file strictly: every field must be
+        # one of KubeSchedulerConfiguration v1's
+        # (k8s.io/kube-scheduler/config/v1, types.go)
+        for name in chart.VARIANTS:
+            docs = chart.variant(name)
+            try:
+                data = chart.find(docs, 'ConfigMap',
+                                  'amdgpu-virt-scheduler-config')
+            except AssertionError:
+                continue   # no scheduler in this variant
+            config = yaml.safe_load(data['data']['config.yaml'])
+            _known(self, config, KUBE_SCHEDULER_V1, name)
+            self.assertEqual('kubescheduler.config.k8s.io/v1',
+                             config['apiVersion'])
+            for profile in config['profiles']:
+                self.assertTrue(0 <= profile['percentageOfNodesToScore']
+                                <= 100)
+            binders = [e for e in config['extenders'] if e.get('bindVerb')]
+            self.assertEqual(1, len(binders), name)
+
+    def test_pods_without_gpus_are_scored_when_asked(self) -> None:
+        config = yaml.safe_load(chart.find(
+            chart.variant('default'), 'ConfigMap',
+            'amdgpu-virt-scheduler-config')['data']['config.yaml'])
+        self.assertEqual(1, len(config['extenders']))
+        self.assertEqual(100, config['profiles'][0][
+            'percentageOfNodesToScore'])
+        docs = chart.variant('gpuless-pods')
+        config = yaml.safe_load(chart.find(
+            docs, 'ConfigMap', 'amdgpu-virt-scheduler-config')['data'][
+                'config.yaml'])
+        managed, scoring = config['extenders']
+        self.assertEqual(managed['urlPrefix'], scoring['urlPrefix'])
+        # asked for every pod (no managedResources), scores only, and
+        # scheduling goes on without it
+        self.assertEqual({'urlPrefix', 'prioritizeVerb', 'weight',
+                          'enableHTTPS', 'nodeCacheCapable', 'httpTimeout',
+                          'ignorable'}, set(scoring))
+        self.assertEqual(('prioritize', 3, True),
+                         (scoring['prioritizeVerb'], scoring['weight'],
+                          scoring['ignorable']))
+        self.assertEqual(0, config['profiles'][0][
+            'percentageOfNodesToScore'])
+        conf = chart.find(docs, 'ConfigMap', 'amdgpu-virt-config')['data'][
+            'amdgpu-virt.conf']
+        self.assertIn('gpuless_namespaces = batch,services', conf)
 
     def test_release_namespace_everywhere(self) -> None:
         docs = chart.variant('other-namespace')

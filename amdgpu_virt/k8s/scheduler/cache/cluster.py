@@ -23,6 +23,12 @@ first, and placed where the expected fragmentation grows least among the
 first ``candidates`` nodes that fit: a decision does not rescan the
 cluster.
 
+The cache also counts the hosts beside the GPUs
+(:mod:`amdgpu_virt.k8s.scheduler.cache.hosts`): every node's allocatable
+CPU and memory and what every live pod asks of its node, whatever its
+scheduler. A decision never over-commits a host it knows, and the
+fragmentation score counts the GPU capacity a host can no longer feed.
+
 Bad annotations written by someone else never stop the cache (see
 :mod:`amdgpu_virt.k8s.fit.entry`): a live pod whose allocation cannot be
 read makes its node take nothing more until it is fixed or gone (fail
@@ -43,6 +49,8 @@ from typing import Any
 
 from amdgpu_virt.k8s import fit
 from amdgpu_virt.k8s.fit import entry as cacheentry
+from amdgpu_virt.k8s.fit import host as fithost
+from amdgpu_virt.k8s.scheduler.cache import hosts as cachehosts
 from amdgpu_virt.k8s.scheduler.cache import index as cacheindex
 from amdgpu_virt.k8s.scheduler.cache import pack as cachepack
 from amdgpu_virt.k8s.scheduler.cache import views as cacheviews
@@ -59,6 +67,7 @@ NodeEntry = cacheentry.NodeEntry
 PodEntry = cacheentry.PodEntry
 decode_node = cacheentry.decode_node
 decode_pod = cacheentry.decode_pod
+decode_host = cacheentry.decode_host
 pod_key = cacheentry.pod_key
 _rv = cacheentry._rv
 BUCKETS = cacheindex.BUCKETS
@@ -77,6 +86,8 @@ class _Reservation:
     value: str
     #: resourceVersion the annotation write returned (None: in flight)
     resource_version: int | None = None
+    #: what the pod asks of the node's host
+    host: fithost.HostAmount | None = None
 
 
 
@@ -103,11 +114,15 @@ class ClusterCache:
         self._viewer = cacheviews.ViewBuilder(self.strategy)
         #: the views' buckets, shapes and problems
         self.index = cacheindex.NodeIndex()
+        #: allocatable and requested CPU and memory per node
+        self.hosts = cachehosts.HostLedger()
         #: the last candidate names and what they resolved to
         self._names: Sequence[str] | None = None
         self._wanted: tuple[set[str], set[str]] = (set(), set())
         self.lock = threading.RLock()
         self._nodes: dict[str, NodeEntry] = {}
+        #: what each node's last event gave the decoder (see set_node)
+        self._node_inputs: dict[str, tuple[Any, ...]] = {}
         self._pods: dict[str, PodEntry] = {}
         self._reserved: dict[str, _Reservation] = {}
         #: node -> keys of pods whose effective placement is there
@@ -166,18 +181,39 @@ class ClusterCache:
             self._placed[key] = node
             self._by_node.setdefault(node, set()).add(key)
             self._dirty.add(node)
+        self._host_place(key, node)
+
+    def _host_place(self, key: str, node: str | None) -> None:
+        """Count the host request of ``key`` where its GPUs are: its
+        reservation's, or the one the API shows."""
+        reservation = self._reserved.get(key)
+        if node is None:
+            self.hosts.place(key, None)
+        elif reservation is not None and reservation.node is not None:
+            self.hosts.place(key, node, reservation.host)
+        else:
+            self.hosts.place(key, node, shown=True)
 
     # -- feeding --------------------------------------------------------
 
     def set_node(self, obj: Mapping[str, Any]) -> None:
+        inputs = cacheentry.node_inputs(obj, self.resource)
+        name = inputs[0]
+        with self.lock:
+            if name in self._nodes and self._node_inputs.get(name) == inputs:
+                return   # its lock or labels changed, not what we read
         entry = decode_node(obj, self.resource)
         with self.lock:
+            self._node_inputs[entry.name] = inputs
+            self.hosts.set_allocatable(entry.name, entry.allocatable)
             if self._nodes.get(entry.name) != entry:
                 self._nodes[entry.name] = entry
                 self._dirty.add(entry.name)
 
     def delete_node(self, name: str) -> None:
         with self.lock:
+            self._node_inputs.pop(name, None)
+            self.hosts.drop_node(name)
             self._nodes.pop(name, None)
             self._dirty.add(name)
 
@@ -191,6 +227,9 @@ class ClusterCache:
         the pods are listed too."""
         with self.lock:
             self._nodes = {entry.name: entry for entry in entries}
+            self._node_inputs.clear()
+            self.hosts.load_nodes((entry.name, entry.allocatable)
+                                  for entry in self._nodes.values())
             self._views.clear()
             self.index.clear()
             self._names = None
@@ -201,7 +240,9 @@ class ClusterCache:
     def set_pod(self, obj: Mapping[str, Any]) -> None:
         entry = decode_pod(obj)
         key = pod_key(obj)
+        host = decode_host(obj)
         with self.lock:
+            self.hosts.set_pod(key, host)
             if entry is None:
                 if self._pods.pop(key, None) is None and \
                         key not in self._reserved:
@@ -225,6 +266,7 @@ class ClusterCache:
     def delete_pod(self, obj: Mapping[str, Any]) -> None:
         key = pod_key(obj)
         with self.lock:
+            self.hosts.set_pod(key, None)
             self._pods.pop(key, None)
             self._reserved.pop(key, None)
             self._refresh(key)
@@ -233,14 +275,15 @@ class ClusterCache:
                      list_rv: int | None = None) -> None:
         """A fresh list of pods (API objects): every pod entry is
         replaced; reservations the list already shows end."""
-        self.load_pods(((pod_key(obj), decode_pod(obj)) for obj in objs),
-                       list_rv)
+        self.load_pods(((pod_key(obj), decode_pod(obj), decode_host(obj))
+                        for obj in objs), list_rv)
 
-    def load_pods(self, listing: Iterable[tuple[str, PodEntry | None]],
+    def load_pods(self, listing: Iterable[tuple[
+            str, PodEntry | None, cacheentry.HostUse | None]],
                   list_rv: int | None = None) -> None:
-        """A fresh list of pods, decoded: (key, entry or None) of every
-        listed pod (see :func:`.cachelist.pod_page`). The views are built
-        at once when the nodes are listed too."""
+        """A fresh list of pods, decoded: (key, entry or None, host use or
+        None) of every listed pod (see :func:`.cachelist.pod_page`). The
+        views are built at once when the nodes are listed too."""
         pods: dict[str, PodEntry] = {}
         #: listed pods that hold no GPU (the others are in ``pods``)
         others: set[str] = set()
@@ -248,7 +291,13 @@ class ClusterCache:
         #: listed ones first
         placed: dict[str, str] = {}
         by_node: dict[str, set[str]] = {}
-        for key, entry in listing:
+        #: what every live pod asks of its host
+        uses: dict[str, cacheentry.HostUse] = {}
+        for key, entry, use in listing:
+            if use is not None:
+                uses[key] = use
+            elif key in uses:
+                del uses[key]
             if entry is None:
                 others.add(key)
                 continue
@@ -284,10 +333,20 @@ class ClusterCache:
                     by_node.setdefault(reservation.node, set()).add(key)
             self._placed = placed
             self._by_node = by_node
+            self.hosts.load_pods(uses.items(), (
+                (key, node) + self._host_of(key)
+                for key, node in placed.items()))
             self._dirty = set(self._nodes)
             self._dirty.update(by_node)
             self.pods_synced.set()
             self._prime()
+
+    def _host_of(self, key: str) -> tuple[fithost.HostAmount | None, bool]:
+        """(request, whether the API's counts) of placed pod ``key``."""
+        reservation = self._reserved.get(key)
+        if reservation is not None and reservation.node is not None:
+            return reservation.host, False
+        return None, True
 
     def _prime(self) -> None:
         """Build every view once both lists are in (lock held), so the
@@ -305,7 +364,9 @@ class ClusterCache:
         if self._dirty - self._views.keys() or \
                 self._dirty - self._nodes.keys():
             self._names = None   # the known nodes change
-        for name in self._dirty:
+        # in name order: the indexes keep names sorted, and a whole
+        # cluster given in order only appends
+        for name in sorted(self._dirty):
             self.index.remove(name, name not in self._nodes)
             old = self._views.pop(name, None)
             if old is not None and not full:
@@ -406,7 +467,10 @@ class ClusterCache:
             if self.mix is not None and request.node_policy == 'binpack':
                 if self._dirty:
                     self._sync_views()
-                self.mix.record(request.shapes(self.reference_mem))
+                host = request.host
+                self.mix.record(request.shapes(self.reference_mem),
+                                None if host is None
+                                else (host.cpu, host.memory))
             decision = self._decide(request, names)
             if decision.fit is None:
                 if previous is None:
@@ -416,7 +480,8 @@ class ClusterCache:
             else:
                 self._reserved[key] = _Reservation(
                     decision.fit.node, decision.fit.containers,
-                    hami.encode_pod_devices(decision.fit.containers))
+                    hami.encode_pod_devices(decision.fit.containers),
+                    host=request.host)
             self._refresh(key)
             return decision
 
@@ -445,7 +510,8 @@ class ClusterCache:
                                                  self._views)
         if self._packer is not None and request.node_policy == 'binpack':
             return self._packer.decide(request, known, unresolvable,
-                                       self.index, self._views)
+                                       self.index, self._views,
+                                       self.hosts.free)
         ranks = self._by_spread if request.node_policy == 'spread' \
             else self._by_binpack
         views = self._views
@@ -464,8 +530,10 @@ class ClusterCache:
                        and eligible(name))
         failed = self.index.closed(known)
         for view in ordered:
-            result = fit.quick_reject(view, request) or fit.fit_node(
-                view, request, self.strategy)
+            result = cachepack.host_problem(
+                self.hosts.free(view.name), request.host) or \
+                fit.quick_reject(view, request) or fit.fit_node(
+                    view, request, self.strategy)
             if isinstance(result, fit.NodeFit):
                 return fit.chosen_decision(
                     result, known, failed, unresolvable, (),
@@ -500,6 +568,31 @@ class ClusterCache:
         with self.lock:
             if self._reserved.pop(key, None) is not None:
                 self._refresh(key)
+
+    def host_free(self, name: str) -> fithost.HostAmount | None:
+        """What the host of node ``name`` has left for pods (None:
+        unknown)."""
+        with self.lock:
+            return self.hosts.free(name)
+
+    def stranding(self, names: Iterable[str],
+                  asked: fithost.HostAmount | None) -> dict[str, float]:
+        """name -> GPU capacity (in GPUs) that a pod asking no GPU and
+        ``asked`` of the host would leave its node unable to feed, by the
+        fragmentation score, for the known nodes of ``names`` (all 0
+        without the score)."""
+        with self.lock:
+            if self._dirty:
+                self._sync_views()
+            views = self._views
+            result = {}
+            for name in names:
+                view = views.get(name)
+                if view is None:
+                    continue
+                result[name] = 0.0 if self._packer is None else \
+                    self._packer.strands(view, self.hosts.free(name), asked)
+            return result
 
     def placement(self, key: str) -> str | None:
         """The node pod ``key`` holds GPUs on (reserved or seen)."""

@@ -4,13 +4,17 @@ Each node's view carries a summary (free CUs, free memory and free slots
 per GPU, idle GPUs); :class:`NodeIndex` files the node in two bucketed
 indexes by it: by the most free CUs one GPU with a free slot has (in
 1/:data:`BUCKETS` of a GPU) and by its idle GPUs, each ordered within by
-the node's free CUs (tightest first). It also groups nodes by registration
-shape (for the "never fits" answers) and keeps the nodes that take nothing
-now. A request then only tries the nodes whose buckets can hold it.
+the node's free CUs (tightest first), then by node name: the order in which
+a request meets the nodes depends only on what they hold, never on the
+order in which the cache saw them or on the hash seed of the process. It
+also groups nodes by registration shape (for the "never fits" answers) and
+keeps the nodes that take nothing now. A request then only tries the nodes
+whose buckets can hold it.
 """
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable, Iterable
 
 from amdgpu_virt.k8s import fit
@@ -49,7 +53,8 @@ def buckets_of(view: fit.NodeView) -> tuple[int, int, int]:
     return share_bucket(view), idle_bucket(view), free_bucket(view)
 
 
-_Index = dict[int, dict[int, dict[str, None]]]
+#: bucket -> free bucket -> node names, sorted
+_Index = dict[int, dict[int, list[str]]]
 
 
 class NodeIndex:
@@ -102,12 +107,14 @@ class NodeIndex:
             self.without_gpus.add(view.name)
         buckets = buckets_of(view)
         self.bucket_of[view.name] = buckets
+        # names in order: a list filled in name order (a whole cluster
+        # listed) only appends
         if buckets[0] >= 0:
-            self.shares.setdefault(buckets[0], {}).setdefault(
-                buckets[2], {})[view.name] = None
+            bisect.insort(self.shares.setdefault(buckets[0], {}).setdefault(
+                buckets[2], []), view.name)
         if buckets[1]:
-            self.idle.setdefault(buckets[1], {}).setdefault(
-                buckets[2], {})[view.name] = None
+            bisect.insort(self.idle.setdefault(buckets[1], {}).setdefault(
+                buckets[2], []), view.name)
 
     def remove(self, name: str, gone: bool = False) -> None:
         """Take ``name`` out (``gone``: the node no longer exists)."""
@@ -129,7 +136,7 @@ class NodeIndex:
             if row is None:
                 continue
             names = row[buckets[2]]
-            del names[name]
+            del names[bisect.bisect_left(names, name)]
             if not names:
                 del row[buckets[2]]
                 if not row:

@@ -2,8 +2,10 @@
 
 A list of a large cluster is hundreds of thousands of pods, and the cache
 reads a handful of fields of each: the pod's name, namespace,
-resourceVersion, four HAMi annotations, ``spec.nodeName`` and
-``status.phase``; the node's name, its registration and one capacity. The
+resourceVersion, four HAMi annotations, ``spec.nodeName``, the CPU and
+memory requests of its containers, overhead and pod-level resources, and
+``status.phase``; the node's name, its registration, one capacity and its
+allocatable CPU and memory. The
 typed decoders here (:mod:`msgspec` structs naming only those fields) read
 a page in one pass and build no object for anything else (other
 annotations, containers, status, managed fields), and turn each item into
@@ -27,13 +29,14 @@ import msgspec
 from amdgpu_virt.k8s.api.watch import Page
 from amdgpu_virt.k8s.api.watch import json_page
 from amdgpu_virt.k8s.fit import entry as cacheentry
+from amdgpu_virt.k8s.fit import host as fithost
 from amdgpu_virt.sharing import hami
 
 __all__ = ['Page', 'PodItem', 'json_page', 'node_page', 'pod_page']
 
-#: what a pod list gives per pod: its key and its entry (None: the pod
-#: holds no AMD GPU)
-PodItem = tuple[str, cacheentry.PodEntry | None]
+#: what a pod list gives per pod: its key, its entry (None: the pod holds
+#: no AMD GPU) and what it asks of its node's host (None: finished)
+PodItem = tuple[str, cacheentry.PodEntry | None, cacheentry.HostUse | None]
 
 
 class _Typed(msgspec.Struct, gc=False):
@@ -65,8 +68,21 @@ class _PodMeta(_Typed):
     annotations: _PodAnnotations | None = None
 
 
+class _Requests(_Typed):
+    requests: dict[str, str] | None = None
+
+
+class _Container(_Typed):
+    resources: _Requests | None = None
+    restartPolicy: str | None = None
+
+
 class _PodSpec(_Typed):
     nodeName: str | None = None
+    containers: list[_Container] | None = None
+    initContainers: list[_Container] | None = None
+    overhead: dict[str, str] | None = None
+    resources: _Requests | None = None
 
 
 class _PodStatus(_Typed):
@@ -88,27 +104,70 @@ _POD_LIST = msgspec.json.Decoder(_PodList)
 _NO_META = _PodMeta()
 
 
+def _plain(container: _Container) -> dict[str, Any]:
+    resources = container.resources
+    return {'resources': None if resources is None else
+            {'requests': resources.requests},
+            'restartPolicy': container.restartPolicy}
+
+
+def _host(spec: _PodSpec) -> fithost.HostAmount | None:
+    """What :func:`fithost.pod_request` gives, from the typed spec."""
+    if spec.initContainers or spec.overhead or spec.resources:
+        return fithost.pod_request({
+            'containers': [_plain(c) for c in spec.containers or ()],
+            'initContainers': [_plain(c) for c in spec.initContainers or ()],
+            'overhead': spec.overhead, 'resources': None
+            if spec.resources is None else
+            {'requests': spec.resources.requests}})
+    # most pods: containers only, summed
+    containers = spec.containers or ()
+    if len(containers) > fithost.MAX_CONTAINERS:
+        return None
+    cpu = memory = 0
+    for container in containers:
+        resources = container.resources
+        asked = resources.requests if resources is not None else None
+        if not asked:
+            continue
+        one = fithost.quantity(asked.get('cpu', 0), 1000)
+        two = fithost.quantity(asked.get('memory', 0))
+        if one is None or two is None:
+            return None
+        cpu += one
+        memory += two
+    return fithost.HostAmount(cpu, memory)
+
+
+_NO_SPEC = _PodSpec()
+
+
 def _pod_item(pod: _Pod) -> PodItem:
-    """What :func:`cacheentry.decode_pod` gives, from the typed pod."""
+    """What :func:`cacheentry.decode_pod` and
+    :func:`cacheentry.decode_host` give, from the typed pod."""
     meta = pod.metadata or _NO_META
     key = f'{meta.namespace}/{meta.name}'
+    done = pod.status is not None and \
+        pod.status.phase in cacheentry.DONE_PHASES
+    spec = pod.spec or _NO_SPEC
+    host: cacheentry.HostUse | None = None if done else \
+        (spec.nodeName or '', _host(spec))
     notes = meta.annotations
     if notes is None:
-        return key, None
+        return key, None, host
     key_name = hami.DEVICES_ALLOCATED
     value = notes.allocated
     if value is None:
         key_name = hami.DEVICES_TO_ALLOCATE
         value = notes.to_allocate
         if value is None:
-            return key, None
-    node = pod.spec.nodeName if pod.spec is not None else None
-    node = node or notes.node
-    if not node or pod.status is not None and \
-            pod.status.phase in cacheentry.DONE_PHASES:
-        return key, None
-    return key, cacheentry.pod_entry(key, node, key_name, value, notes.cus,
-                                     cacheentry.rv_of(meta.resourceVersion))
+            return key, None, host
+    node = spec.nodeName or notes.node
+    if not node or done:
+        return key, None, host
+    return key, cacheentry.pod_entry(
+        key, node, key_name, value, notes.cus,
+        cacheentry.rv_of(meta.resourceVersion)), host
 
 
 def _typed_page(decoder: msgspec.json.Decoder[Any], data: bytes | str
@@ -134,7 +193,9 @@ def pod_page(data: bytes | str) -> Page:
     if page is None:
         version, token, objs = json_page(data)
         return version, token, [(cacheentry.pod_key(obj),
-                                 cacheentry.decode_pod(obj)) for obj in objs]
+                                 cacheentry.decode_pod(obj),
+                                 cacheentry.decode_host(obj))
+                                for obj in objs]
     return (*_meta(page), [_pod_item(pod) for pod in page.items or ()])
 
 
@@ -152,6 +213,7 @@ class _NodeMeta(_Typed):
 
 class _NodeStatus(_Typed):
     capacity: dict[str, str] | None = None
+    allocatable: dict[str, str] | None = None
 
 
 class _Node(_Typed):
@@ -172,12 +234,16 @@ def _node_entry(node: _Node, resource: str) -> cacheentry.NodeEntry:
     """What :func:`cacheentry.decode_node` gives, from the typed node."""
     meta = node.metadata or _NO_NODE_META
     value = meta.annotations.register if meta.annotations else None
+    status = node.status
+    allocatable = None if status is None else \
+        fithost.node_allocatable({'allocatable': status.allocatable})
     if value is None:
-        return cacheentry.NodeEntry(meta.name, ())
+        return cacheentry.NodeEntry(meta.name, (), None, allocatable)
     capacity = None
-    if node.status is not None and node.status.capacity:
-        capacity = node.status.capacity.get(resource)
-    return cacheentry.node_entry(meta.name, value, capacity, resource)
+    if status is not None and status.capacity:
+        capacity = status.capacity.get(resource)
+    return cacheentry.node_entry(meta.name, value, capacity, resource,
+                                 allocatable)
 
 
 def node_page(resource: str = hami.RESOURCE_GPU

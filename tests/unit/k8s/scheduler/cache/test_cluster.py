@@ -140,7 +140,8 @@ class CacheTest(testtools.TestCase):
         listed = schedcache.decode_pod(gpu_pod('b', 'n2', 'h0,AMD,10,30:;',
                                                rv=3))
         assert listed is not None
-        self.cache.load_pods([('ns/b', listed), ('ns/c', None)], 4)
+        self.cache.load_pods([('ns/b', listed, None), ('ns/c', None, None)],
+                             4)
         self.assertEqual('n1', self.cache.placement('ns/b'))
         # the pods per node agree with the placements
         by_node: dict[str, set[str]] = {}
@@ -162,11 +163,29 @@ class CacheTest(testtools.TestCase):
         first = schedcache.decode_pod(gpu_pod('b', 'n1', 'g0,AMD,10,30:;'))
         last = schedcache.decode_pod(gpu_pod('b', 'n2', 'h0,AMD,10,20:;'))
         assert first is not None and last is not None
-        self.cache.load_pods([('ns/b', first), ('ns/b', last)], 4)
+        self.cache.load_pods([('ns/b', first, None), ('ns/b', last, None)],
+                             4)
         self.assertEqual('n2', self.cache.placement('ns/b'))
         self.assertEqual({'n2': {'ns/b'}}, self.cache._by_node)
         self.assertEqual(0, self.cache.view('n1').gpus[0].used_cores)
         self.assertEqual(20, self.cache.view('n2').gpus[0].used_cores)
+
+    def test_a_node_change_the_cache_does_not_read_keeps_its_view(
+            self) -> None:
+        self.cache.set_node(node('n2', [device('h0')]))
+        view = self.cache.view('n2')
+        locked = node('n2', [device('h0')])
+        locked['metadata']['annotations'][hami.NODE_LOCK] = 'held'
+        self.cache.set_node(locked)
+        self.assertIs(view, self.cache.view('n2'))
+        # what the cache reads changes: read again
+        self.cache.set_node(node('n2', [device('h0'), device('h1', 1)]))
+        self.assertEqual(['h0', 'h1'], [g.info.id for g in
+                                        self.cache.view('n2').gpus])
+        self.cache.set_node(node('n2', [device('h0'), device('h1', 1)],
+                                 allocatable={'cpu': '8',
+                                              'memory': '1Gi'}))
+        self.assertEqual(8000, self.cache.host_free('n2').cpu)
 
     def test_node_events(self) -> None:
         self.cache.set_node(node('n2', [device('h0')]))

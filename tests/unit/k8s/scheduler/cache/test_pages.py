@@ -178,7 +178,9 @@ def _nodes(rng: random.Random, count: int) -> list[dict[str, Any]]:
         meta: dict[str, Any] = {'name': name, 'annotations': {
             hami.NODE_REGISTER: json.dumps(devices), 'other': 'x' * 100}}
         obj: dict[str, Any] = {'metadata': meta, 'status': {'capacity': {
-            'amd.com/gpu': str(len(devices)), 'cpu': '64'}}}
+            'amd.com/gpu': str(len(devices)), 'cpu': '64'}, 'allocatable': {
+                'cpu': rng.choice(('64', '63500m', '96')),
+                'memory': rng.choice(('512Gi', '1Ti', '1000G'))}}}
         pick = rng.random()
         if pick < 0.05:
             meta['annotations'][hami.NODE_REGISTER] = rng.choice(
@@ -197,6 +199,10 @@ def _nodes(rng: random.Random, count: int) -> list[dict[str, Any]]:
                     json.dumps(devices)))
         elif pick < 0.15:
             obj['status'] = None
+        elif pick < 0.17:
+            obj['status']['allocatable'] = rng.choice((
+                {'cpu': 'lots', 'memory': '1Gi'}, {'cpu': '8'}, None,
+                {'cpu': '-1', 'memory': '1Gi'}))
         nodes.append(obj)
     return nodes
 
@@ -217,9 +223,15 @@ def _pods(rng: random.Random, nodes: list[dict[str, Any]],
             'annotations': annotations}
         spec: dict[str, Any] = {'nodeName': node, 'schedulerName': 'x',
                                 'containers': [{'name': 'c', 'resources': {
-                                    'limits': {'amd.com/gpu': '1'}}}]}
+                                    'limits': {'amd.com/gpu': '1'},
+                                    'requests': {
+                                        'cpu': rng.choice(('1', '500m',
+                                                           '2.5')),
+                                        'memory': rng.choice((
+                                            '1Gi', '512M', '3e9'))}}}]}
         obj: dict[str, Any] = {'metadata': meta, 'spec': spec,
                                'status': {'phase': 'Running'}}
+        _host_fields(rng, spec)
         pick = rng.random()
         if pick < 0.2:
             del annotations[hami.DEVICES_ALLOCATED]   # no GPU
@@ -256,6 +268,26 @@ def _pods(rng: random.Random, nodes: list[dict[str, Any]],
             spec['nodeName'] = ''
         pods.append(obj)
     return pods
+
+
+def _host_fields(rng: random.Random, spec: dict[str, Any]) -> None:
+    """What else a pod may ask of its host, hostile values included."""
+    pick = rng.random()
+    if pick < 0.1:
+        spec['initContainers'] = [
+            {'name': 'i', 'resources': {'requests': {'cpu': '4'}}},
+            {'name': 's', 'restartPolicy': 'Always', 'resources': {
+                'requests': {'cpu': '1', 'memory': '1Gi'}}}]
+    elif pick < 0.15:
+        spec['overhead'] = {'cpu': '250m', 'memory': '120Mi'}
+    elif pick < 0.2:
+        spec['resources'] = {'requests': {'cpu': '3'}}
+    elif pick < 0.23:
+        spec['containers'][0]['resources']['requests'] = rng.choice((
+            {'cpu': 'x'}, {'memory': '-1'}, {'cpu': 2}, None,
+            {'cpu': '1' * 70}))
+    elif pick < 0.25:
+        spec['containers'].append({'name': 'plain'})
 
 
 def _page(items: list[dict[str, Any]], token: str = '') -> bytes:
@@ -309,6 +341,8 @@ class ClusterTest(testtools.TestCase):
         self.assertEqual(one.views(names), other.views(names))
         self.assertEqual(one.index_snapshot(), other.index_snapshot())
         self.assertEqual(one.index.problems, other.index.problems)
+        self.assertEqual([one.host_free(n) for n in names],
+                         [other.host_free(n) for n in names])
         rng = random.Random(5)
         for number in range(40):
             pod = {'metadata': {'name': 'q%d' % number, 'namespace': 'new',
@@ -364,7 +398,8 @@ class ClusterTest(testtools.TestCase):
             reference = cachelist.json_page(data)
             self.assertEqual(
                 (reference[0], reference[1],
-                 [(cacheentry.pod_key(o), cacheentry.decode_pod(o))
+                 [(cacheentry.pod_key(o), cacheentry.decode_pod(o),
+                   cacheentry.decode_host(o))
                   for o in reference[2]]), cachelist.pod_page(data))
         decode = cachelist.node_page()
         data = _page(nodes)
