@@ -50,6 +50,7 @@ from amdgpu_virt import exception
 from amdgpu_virt.k8s.api import httpserver
 from amdgpu_virt.k8s.api import namespaces
 from amdgpu_virt.k8s.api import tls as api_tls
+from amdgpu_virt.k8s.record import lockboard
 from amdgpu_virt.k8s.record import nodelock
 from amdgpu_virt.k8s.record import store as recordstore
 from amdgpu_virt.k8s.record import sweep as recordgc
@@ -127,10 +128,13 @@ class Service:
         self.cache = schedcache.ClusterCache(
             allocator.load_strategy(conf.sharing.cu_strategy),
             conf.kubernetes.resource_name, mix, group.packing_candidates)
+        #: the nodes' locks as the node watch shows them
+        self.board = lockboard.LockBoard()
         locker = nodelock.NodeLocker(
             core_api, timeout=datetime.timedelta(
                 seconds=group.node_lock_timeout),
-            wait=group.node_lock_wait, grace=group.node_lock_grace)
+            wait=group.node_lock_wait, grace=group.node_lock_grace,
+            board=self.board)
         records = recordstore.RecordStore(core_api,
                                           conf.kubernetes.namespace)
         self.collector = recordgc.Collector(
@@ -154,7 +158,18 @@ class Service:
             self.cache, core_api, group.watch_timeout,
             after_list=watching.settle_memory,
             pause_collector=True)
-        pod_watcher = self.watchers[1]
+        node_watcher, pod_watcher = self.watchers
+        node_feed = node_watcher.on_event
+
+        def on_node(kind: str, obj: dict[str, Any]) -> None:
+            node_feed(kind, obj)
+            if kind == 'DELETED':
+                self.board.forget(str((obj.get('metadata') or {}).get(
+                    'name')))
+            else:
+                self.board.observe(obj)
+
+        node_watcher.on_event = on_node
         feed = pod_watcher.on_event
 
         def on_pod(kind: str, obj: dict[str, Any]) -> None:
