@@ -55,6 +55,7 @@ from amdgpu_virt.k8s.record import nodelock
 from amdgpu_virt.k8s.record import store as recordstore
 from amdgpu_virt.k8s.record import sweep as recordgc
 from amdgpu_virt.k8s.scheduler import fencing
+from amdgpu_virt.k8s.scheduler import pending as schedpending
 from amdgpu_virt.k8s.scheduler.cache import cluster as schedcache
 from amdgpu_virt.k8s.scheduler.cache import watching
 from amdgpu_virt.k8s.scheduler.core import Extender
@@ -140,6 +141,8 @@ class Service:
         self.collector = recordgc.Collector(
             records, core_api, interval=group.record_sweep_interval,
             unbound_ttl=group.node_lock_timeout)
+        #: the unbound pods as the pod watch shows them
+        self.pending = schedpending.PendingPods()
         self.extender = Extender(
             self.cache, core_api, locker,
             default_node_policy=group.node_scheduler_policy,
@@ -150,7 +153,8 @@ class Service:
             # a namespace's memory enforcement label binds within seconds
             namespace_labels=namespaces.NamespaceLabelCache(core_api,
                                                             ttl=5.0),
-            gpuless_namespaces=group.gpuless_namespaces)
+            gpuless_namespaces=group.gpuless_namespaces,
+            pending=self.pending)
         # this process is the extender's own: pause the cyclic collector
         # while a list is read, and after each list keep the loaded objects
         # out of its full passes
@@ -174,6 +178,7 @@ class Service:
 
         def on_pod(kind: str, obj: dict[str, Any]) -> None:
             feed(kind, obj)
+            self.pending.observe(kind, obj)
             self.collector.pod_event(kind, obj)
 
         def after_pods() -> None:
