@@ -24,7 +24,10 @@ of the chosen node (a ``resourceVersion``-guarded write that a second
 extender cannot overwrite) before it writes the annotations as a mirror;
 bind refuses a pod the record of its node does not hold. Both read the
 pod from the API rather than trusting the request: its UID, its
-scheduler (``[kubernetes] scheduler_name``) and that it is not bound yet.
+scheduler (``[kubernetes] scheduler_name``) and that it is not bound yet
+(the filter from its pod watch when it can, the mirror's patch then
+guarded by the pod's resourceVersion: see
+:mod:`~amdgpu_virt.k8s.scheduler.pending`).
 With a leader lease configured, both refuse while the kube-scheduler of
 this pod does not lead.
 
