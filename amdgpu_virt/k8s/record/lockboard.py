@@ -29,16 +29,9 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
+from amdgpu_virt.k8s.api import watch
 from amdgpu_virt.k8s.record.nodelock import LOCK_UID
 from amdgpu_virt.sharing import hami
-
-
-def _version(meta: Mapping[str, Any]) -> int | None:
-    value = meta.get('resourceVersion')
-    try:
-        return int(value) if isinstance(value, str) and value else None
-    except ValueError:
-        return None
 
 
 class LockBoard:
@@ -62,7 +55,7 @@ class LockBoard:
         meta = obj.get('metadata') if isinstance(obj, Mapping) else None
         if not isinstance(meta, Mapping):
             return
-        name, version = meta.get('name'), _version(meta)
+        name, version = meta.get('name'), watch.version_of(obj)
         if not isinstance(name, str) or version is None:
             return
         annotations = meta.get('annotations')

@@ -26,15 +26,9 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
+from amdgpu_virt.k8s.api import watch
+
 DONE_PHASES = ('Succeeded', 'Failed')
-
-
-def _version(meta: Mapping[str, Any]) -> int | None:
-    value = meta.get('resourceVersion')
-    try:
-        return int(value) if isinstance(value, str) and value else None
-    except ValueError:
-        return None
 
 
 class PendingPods:
@@ -61,7 +55,7 @@ class PendingPods:
         if not isinstance(namespace, str) or not isinstance(name, str):
             return
         key = '%s/%s' % (namespace, name)
-        version = _version(meta)
+        version = watch.version_of(obj)
         spec = obj.get('spec')
         status = obj.get('status')
         settled = kind == 'DELETED' or version is None or \

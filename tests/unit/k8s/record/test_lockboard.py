@@ -58,7 +58,7 @@ class LockBoardTest(testtools.TestCase):
         board = lockboard.LockBoard()
         for obj in (None, 'x', {}, {'metadata': 'x'},
                     _node('n1', None), _node('n1', 'abc'),
-                    _node('n1', ''), _node('n1', 5),
+                    _node('n1', ''), _node('n1', 5), _node('n1', '-1'),
                     {'metadata': {'resourceVersion': '5'}}):
             board.observe(obj)
         self.assertIsNone(board.node('n1'))
