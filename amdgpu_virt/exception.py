@@ -254,6 +254,13 @@ class KubernetesConflict(KubernetesError):
                'retry with its new version')
 
 
+class WatchBehind(KubernetesConflict):
+    """What a watch showed is not what the API has (or may not be):
+    decide again on a fresh read."""
+    msg_fmt = ('%(obj)s: the watch may be behind the API (%(reason)s); '
+               'decide again on a fresh read')
+
+
 class AdmissionReviewError(KubernetesError):
     msg_fmt = 'Invalid AdmissionReview: %(field)s: %(reason)s'
 

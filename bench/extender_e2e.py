@@ -15,7 +15,9 @@ are counted apart: they are the node's, not the extender's).
 
 ``--nodes`` nodes of 8 MI300X GPUs (host 96 cores, 1 TiB), ``--pods``
 pods asking a share of one GPU (seeded sizes, 1 or 2 cores), all created
-before the clock starts.
+before the clock starts, once the extender runs (its pod watch shows
+them, as in a running cluster; ``--before-start``: before it starts, so
+that only its first list shows them).
 
 Prints: pods placed per second (first ``/filter`` to last bind), the
 latency of ``/filter`` and ``/bind`` (p50, p99), the extender's API calls
@@ -32,7 +34,8 @@ the pods are placed, counting only samples holding the interpreter lock
 Usage::
 
     python bench/extender_e2e.py [--nodes 40] [--pods 1000]
-        [--binders 16] [--seed 1] [--profile]
+        [--binders 16] [--seed 1] [--before-start] [--profile]
+        [--py-spy]
 """
 
 from __future__ import annotations
@@ -287,6 +290,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument('--pods', type=int, default=1000)
     parser.add_argument('--binders', type=int, default=16)
     parser.add_argument('--seed', type=int, default=1)
+    parser.add_argument('--before-start', action='store_true',
+                        help='create the pods before the extender starts '
+                        '(its list shows them, not its watch)')
     parser.add_argument('--profile', action='store_true',
                         help='profile the stand-in\'s request handling')
     parser.add_argument('--py-spy', action='store_true',
@@ -308,15 +314,24 @@ def main(argv: list[str]) -> int:
     for name in names:
         api.create_node(_node(name))
     rng = random.Random(args.seed)
-    pods = [json.loads(api.create_namespaced_pod(
-        NAMESPACE, _pod(rng, n), _preload_content=False).data)
-        for n in range(args.pods)]
+
+    def create() -> list[dict[str, Any]]:
+        return [json.loads(api.create_namespaced_pod(
+            NAMESPACE, _pod(rng, n), _preload_content=False).data)
+            for n in range(args.pods)]
+
+    pods = create() if args.before_start else []
     spied = ''
     with tempfile.TemporaryDirectory() as directory:
         ext = extenderproc.ExtenderProcess(url, directory, 'extender')
         ext.setUp()
         try:
             assert ext.process is not None and ext.address is not None
+            if not args.before_start:
+                pods = create()
+                # the extender's pod watch shows them, as in a running
+                # cluster
+                time.sleep(1.0)
             extender = psutil.Process(ext.process.pid)
             me = psutil.Process()
             http = fcluster.HttpJson(*ext.address)

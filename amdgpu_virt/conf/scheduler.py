@@ -113,7 +113,9 @@ scheduler_opts: list[cfg.Opt] = [
     cfg.FloatOpt(
         'node_lock_wait', default=10.0, min=0.0, max=25.0,
         help='Seconds a bind waits for a node lock held by another pod '
-             'before it fails (kube-scheduler then retries the pod).\n\n'
+             '(or behind this extender\'s other binds of the node) before '
+             'it fails (kube-scheduler then retries the pod). The wait '
+             'ends as soon as the node watch shows the lock released.\n\n'
              'Possible values:\n\n'
              '* 0 to 25; keep it well below the extender httpTimeout '
              '(30s)\n'),

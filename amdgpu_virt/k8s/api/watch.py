@@ -35,6 +35,17 @@ Page = tuple[str, str, list[Any]]
 PageFunc = Callable[[bytes | str], Page]
 
 
+def version_of(obj: Any) -> int | None:
+    """An object's ``metadata.resourceVersion`` as a number, to tell which
+    of two sightings of it is newer (None: absent, or not the decimal
+    number the API serves)."""
+    meta = obj.get('metadata') if isinstance(obj, dict) else None
+    value = meta.get('resourceVersion') if isinstance(meta, dict) else None
+    if isinstance(value, str) and value.isdecimal() and len(value) <= 18:
+        return int(value)
+    return None
+
+
 def loads(data: bytes | str) -> Any:
     """A list page as plain objects: the fast decoder, or the standard one
     for what the fast one refuses (NaN, lone surrogates), so a page lists

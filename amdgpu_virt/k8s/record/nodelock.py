@@ -36,7 +36,11 @@ value; removing the annotation by hand frees the node.
 
 While the lock is held by another live pod, :meth:`NodeLocker.acquire`
 waits with backoff up to ``wait`` seconds and then gives up with
-:class:`~amdgpu_virt.exception.NodeLockError` naming the holder.
+:class:`~amdgpu_virt.exception.NodeLockError` naming the holder. With a
+:class:`~amdgpu_virt.k8s.record.lockboard.LockBoard` fed by the node
+watch, the node is read from the board (a stale one makes the guarded
+patch fail with ``409``, and the node is then read from the API) and a
+wait ends as soon as the board shows the node changed.
 """
 
 from __future__ import annotations
@@ -45,14 +49,19 @@ import datetime
 import json
 import logging
 import random
+import threading
 import time
 from collections.abc import Callable
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 from typing import Any
 
 from amdgpu_virt import exception
 from amdgpu_virt.k8s.api import client as k8s_client
 from amdgpu_virt.sharing import hami
+
+if TYPE_CHECKING:
+    from amdgpu_virt.k8s.record import lockboard
 
 LOG = logging.getLogger(__name__)
 
@@ -94,6 +103,8 @@ class NodeLocker:
         bound to the node is stale.
     :param clock: current time (aware).
     :param sleep: how to wait between attempts.
+    :param board: the nodes' locks as the node watch shows them (None:
+        every read goes to the API, every wait polls).
     """
 
     def __init__(self, core_api: Any,
@@ -101,18 +112,49 @@ class NodeLocker:
                  wait: float = 10.0,
                  grace: float = 0.0,
                  clock: Callable[[], datetime.datetime] = _utcnow,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+                 sleep: Callable[[float], None] = time.sleep,
+                 board: lockboard.LockBoard | None = None) -> None:
         self.api = core_api
         self.timeout = timeout
         self.wait = wait
         self.grace = datetime.timedelta(seconds=grace)
         self.clock = clock
         self.sleep = sleep
+        self.board = board
+        #: node -> the queue of this process's binds of it
+        self._queues: dict[str, threading.Lock] = {}
+        self._queues_lock = threading.Lock()
 
-    def _node(self, node: str) -> dict[str, Any]:
+    def _node(self, node: str, fresh: bool = True) -> dict[str, Any]:
+        """The node; from the board unless ``fresh`` (or not on it)."""
+        if not fresh and self.board is not None:
+            seen = self.board.node(node)
+            if seen is not None:
+                return seen
         response = k8s_client.call('GET node %s' % node, self.api.read_node,
                                    node, _preload_content=False)
-        return json.loads(response.data)
+        obj: dict[str, Any] = json.loads(response.data)
+        if self.board is not None:
+            self.board.observe(obj)
+        return obj
+
+    def _observe(self, node: str, response: Any) -> None:
+        """Show the board the node a write answered with."""
+        if self.board is None:
+            return
+        try:
+            self.board.observe(json.loads(response.data))
+        except ValueError:
+            self.board.forget(node)
+
+    def _pause(self, node: str, version: Any, seconds: float) -> bool:
+        """Wait ``seconds``, or less when the board shows a newer
+        version of the node; :returns: whether it did (else the node is
+        read from the API next: the watch may be behind or down)."""
+        if self.board is None:
+            self.sleep(seconds)
+            return False
+        return self.board.wait(node, version, seconds)
 
     def _owner_state(self, lock: hami.NodeLock, node: str,
                      uid: str | None = None) -> str:
@@ -183,9 +225,33 @@ class NodeLocker:
         :raises KubernetesError: the node cannot be read or written.
         """
         deadline = time.monotonic() + self.wait
+        # this process's binds of one node queue here, one at a time
+        # before the API: a lock passed on wakes one waiter, not all
+        queue = self._queue(node)
+        if not queue.acquire(timeout=max(0.0, self.wait)):
+            raise exception.NodeLockError(
+                node=node, pod='%s/%s' % (namespace, pod),
+                reason='other binds of this node went first; gave up '
+                'after %.1f s' % self.wait)
+        try:
+            self._acquire(node, namespace, pod, uid, deadline)
+        finally:
+            queue.release()
+
+    def _queue(self, node: str) -> threading.Lock:
+        with self._queues_lock:
+            queue = self._queues.get(node)
+            if queue is None:
+                queue = self._queues[node] = threading.Lock()
+            return queue
+
+    def _acquire(self, node: str, namespace: str, pod: str,
+                 uid: str | None, deadline: float) -> None:
         delay = 0.01
+        fresh = self.board is None
         while True:
-            obj = self._node(node)
+            obj = self._node(node, fresh)
+            fresh = False
             meta = obj.get('metadata') or {}
             annotations = meta.get('annotations') or {}
             value = annotations.get(hami.NODE_LOCK)
@@ -202,15 +268,19 @@ class NodeLocker:
                                     encode_lock_uid(uid, lock)
                                     if uid else None}}}
                 try:
-                    k8s_client.call('PATCH node %s' % node,
-                                    self.api.patch_node, node, body,
-                                    _content_type=k8s_client.MERGE_PATCH,
-                                    _preload_content=False)
-                    return
+                    response = k8s_client.call(
+                        'PATCH node %s' % node, self.api.patch_node, node,
+                        body, _content_type=k8s_client.MERGE_PATCH,
+                        _preload_content=False)
                 except exception.KubernetesConflict:
                     LOG.debug('node %s changed while locking; retrying',
                               node)
                     reason = 'the node kept changing (409 Conflict)'
+                    # decide again on the node as the API has it
+                    fresh = True
+                else:
+                    self._observe(node, response)
+                    return
             else:
                 reason = 'held by %s/%s since %s' % (
                     held.namespace or '?', held.pod or '?',
@@ -219,7 +289,9 @@ class NodeLocker:
                 raise exception.NodeLockError(
                     node=node, pod='%s/%s' % (namespace, pod),
                     reason='%s; gave up after %.1f s' % (reason, self.wait))
-            self.sleep(delay * (1 + random.random()))  # noqa: S311
+            fresh = fresh or not self._pause(
+                node, meta.get('resourceVersion'),
+                delay * (1 + random.random()))  # noqa: S311
             delay = min(delay * 2, 0.5)
 
     def release(self, node: str, namespace: str, pod: str) -> bool:
@@ -244,10 +316,11 @@ class NodeLocker:
                 'resourceVersion'), 'annotations': {hami.NODE_LOCK: None,
                                                     LOCK_UID: None}}}
             try:
-                k8s_client.call('PATCH node %s' % node, self.api.patch_node,
-                                node, body,
-                                _content_type=k8s_client.MERGE_PATCH,
-                                _preload_content=False)
+                response = k8s_client.call(
+                    'PATCH node %s' % node, self.api.patch_node, node, body,
+                    _content_type=k8s_client.MERGE_PATCH,
+                    _preload_content=False)
+                self._observe(node, response)
                 return True
             except exception.KubernetesConflict:
                 self.sleep(0.01 * (1 + random.random()))  # noqa: S311

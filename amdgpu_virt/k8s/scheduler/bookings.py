@@ -104,18 +104,31 @@ class Bookings:
     # -- the record --------------------------------------------------------
 
     def book(self, node: str, uid: str, namespace: str, name: str,
-             containers: hami.PodDevices) -> allocrecord.PodGrants:
+             containers: hami.PodDevices,
+             first: bool = False) -> allocrecord.PodGrants:
         """Book ``containers`` for the pod in the record of ``node``.
 
+        :param first: only if the record holds nothing of the pod yet
+            (the pod was seen by the watch: undoing this booking must
+            not take away one it made before).
         :raises SharingError: the record has no room (another writer).
+        :raises WatchBehind: ``first``, and the record holds the pod.
         """
         view = self.cache.view(node)
         capacity = allocrecord.capacity_of(
             gpu.info for gpu in (view.gpus if view is not None else ()))
         when = int(time.time())
-        record = self.records.update(node, lambda record: allocrecord.book(
-            record, uid, namespace, name, when, containers, capacity,
-            self.cache.strategy))
+
+        def change(record: allocrecord.Record) -> allocrecord.Record:
+            if first and uid in record.pods:
+                raise exception.WatchBehind(
+                    obj='pod %s/%s' % (namespace, name),
+                    reason='the record of node %s holds it already' % node)
+            return allocrecord.book(record, uid, namespace, name, when,
+                                    containers, capacity,
+                                    self.cache.strategy)
+
+        record = self.records.update(node, change)
         return record.pods[uid]
 
     def unbook(self, node: str, uid: str, key: str) -> None:
@@ -165,10 +178,13 @@ class Bookings:
 
     def mirror(self, name: str, namespace: str, node: str,
                containers: hami.PodDevices,
-               grants: allocrecord.PodGrants) -> int | None:
-        """Write the HAMi annotations of the booking on the pod;
+               grants: allocrecord.PodGrants,
+               version: str | None = None) -> int | None:
+        """Write the HAMi annotations of the booking on the pod (at
+        ``version`` only, when given);
         :returns: the pod's new ``resourceVersion`` (None: unreadable).
 
+        :raises KubernetesConflict: the pod is no longer at ``version``.
         :raises KubernetesError: the patch failed (it may have taken
             effect when the answer was lost).
         """
@@ -176,13 +192,16 @@ class Bookings:
         pod_labels: dict[str, str | None] = {}
         if labels.is_label_value(node):
             pod_labels[hami.VGPU_NODE] = node
-        body = {'metadata': {'labels': pod_labels, 'annotations': {
+        meta: dict[str, Any] = {'labels': pod_labels, 'annotations': {
             hami.DEVICES_TO_ALLOCATE: value, hami.DEVICES_ALLOCATED: value,
             hami.VGPU_NODE: node,
             hami.VGPU_TIME: hami.encode_unix_time(time.time()),
             # the mirror shows the booked ranges at once
             hami.CU_ALLOCATED: hami.encode_cu_allocated(grants.masks()),
-            hami.BIND_PHASE: None}}}
+            hami.BIND_PHASE: None}}
+        if version is not None:
+            meta['resourceVersion'] = version
+        body = {'metadata': meta}
         response = k8s_client.call(
             'PATCH pod %s/%s' % (namespace, name),
             self.api.patch_namespaced_pod, name, namespace, body,

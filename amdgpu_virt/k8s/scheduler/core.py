@@ -29,6 +29,7 @@ from amdgpu_virt.k8s.record import store as recordstore
 from amdgpu_virt.k8s.scheduler import bookings as extenderbookings
 from amdgpu_virt.k8s.scheduler import fencing
 from amdgpu_virt.k8s.scheduler import metrics
+from amdgpu_virt.k8s.scheduler import pending as schedpending
 from amdgpu_virt.k8s.scheduler.cache import cluster as schedcache
 from amdgpu_virt.sharing import enforcement
 from amdgpu_virt.sharing import hami
@@ -102,6 +103,8 @@ class Extender:
     :param gpuless_namespaces: namespaces whose pods that ask no AMD GPU
         are scored by ``/prioritize`` to keep them off the CPU and memory
         that GPUs need (``*``: every namespace; none by default).
+    :param pending: the pods waiting for a node as the pod watch shows
+        them (see :mod:`~amdgpu_virt.k8s.scheduler.pending`).
     """
 
     #: nodes one filter call tries when their allocation records refuse
@@ -119,8 +122,12 @@ class Extender:
                  leftover: Callable[[str, str], None] | None = None,
                  namespace_labels: Callable[[str], Mapping[str, str]]
                  | None = None,
-                 gpuless_namespaces: Iterable[str] = ()) -> None:
+                 gpuless_namespaces: Iterable[str] = (),
+                 pending: schedpending.PendingPods | None = None) -> None:
         self.cache = cache
+        #: the unbound pods as the pod watch shows them (None: the
+        #: filter reads every pod from the API)
+        self.pending = pending
         self.namespace_labels = namespace_labels
         #: namespaces whose pods without GPUs /prioritize scores by the
         #: GPU capacity they would strand ('*': every namespace)
@@ -145,8 +152,14 @@ class Extender:
             of another scheduler.
         :raises KubernetesError: the pod cannot be read (or is gone).
         """
-        key = '%s/%s' % (namespace, name)
         pod = self.bookings.read_pod(namespace, name)
+        self._check_pod(pod, '%s/%s' % (namespace, name), uid, field)
+        return pod
+
+    def _check_pod(self, pod: Mapping[str, Any], key: str, uid: Any,
+                   field: str) -> None:
+        """:raises ExtenderRequestError: ``uid`` is not the pod's, or the
+        pod is another scheduler's."""
         meta = pod.get('metadata') or {}
         if uid and uid != meta.get('uid'):
             raise exception.ExtenderRequestError(
@@ -159,7 +172,6 @@ class Extender:
                 field='pod %s spec.schedulerName' % key,
                 reason='%r is not this extender\'s profile %r' % (
                     scheduler, self.scheduler_name))
-        return pod
 
     def _fenced(self) -> None:
         if self.fence is not None:
@@ -230,9 +242,36 @@ class Extender:
             raise exception.ExtenderRequestError(
                 field='(cache)', reason='the node and pod cache is not '
                 'synced yet; retry')
-        # the request's pod is only a name: decide on the API's pod
+        # the request's pod is only a name: decide on the API's pod, as
+        # the pod watch shows it when it can (the mirror's patch then
+        # carries its version: a stale one is refused, and the filter
+        # decides again on the pod read from the API)
+        seen = None if self.pending is None else self.pending.get(
+            namespace, name, meta.get('uid'))
+        if seen is not None:
+            self._check_pod(seen[0], key, meta.get('uid'), 'Pod.metadata.uid')
+            try:
+                return self._place(args, names, as_nodes, key, seen[0],
+                                   seen[1])
+            except exception.KubernetesConflict:
+                LOG.info('pod %s changed since the watch showed it; '
+                         'deciding again on the API\'s pod', key)
         pod = self._verified_pod(namespace, name, meta.get('uid'),
                                  'Pod.metadata.uid')
+        return self._place(args, names, as_nodes, key, pod, None)
+
+    def _place(self, args: Mapping[str, Any], names: list[str],
+               as_nodes: bool, key: str, pod: Mapping[str, Any],
+               version: str | None) -> tuple[dict[str, Any], str]:
+        """Decide, book and mirror ``pod`` (of ``version``, when it is
+        the watch's: the mirror's precondition).
+
+        :raises KubernetesConflict: the pod changed since ``version``
+            (its booking undone), or may have (:class:`~amdgpu_virt.
+            exception.WatchBehind`: it was placed before, nothing
+            written).
+        """
+        namespace, name = key.split('/', 1)
         bound = (pod.get('spec') or {}).get('nodeName')
         if bound:
             raise exception.ExtenderRequestError(
@@ -245,6 +284,10 @@ class Extender:
         request = self._namespace_rules(namespace, request)
         earlier = {self.cache.placement(key), ((pod.get('metadata') or {})
                    .get('annotations') or {}).get(hami.VGPU_NODE)}
+        if version is not None and earlier - {None}:
+            # placed before: what to undo is decided on the API's pod
+            raise exception.WatchBehind(obj='pod %s' % key,
+                                        reason='it was placed before')
         refused: dict[str, str] = {}
         candidates = list(names)
         while True:
@@ -264,8 +307,13 @@ class Extender:
             node = decision.fit.node
             try:
                 grants = self.bookings.book(node, uid, namespace, name,
-                                            decision.fit.containers)
+                                            decision.fit.containers,
+                                            first=version is not None)
                 break
+            except exception.WatchBehind:
+                # nothing written: the record holds an earlier booking
+                self.cache.cancel(key)
+                raise
             except exception.SharingError as err:
                 # the record wins: another writer booked these GPUs first,
                 # or holds a booking this cache does not see yet (one the
@@ -294,13 +342,14 @@ class Extender:
         for other in earlier - {None, node}:
             self.bookings.unbook(str(other), uid, key)
         try:
-            version = self.bookings.mirror(name, namespace, node,
-                                           decision.fit.containers, grants)
+            written = self.bookings.mirror(name, namespace, node,
+                                           decision.fit.containers, grants,
+                                           version)
         except exception.KubernetesError:
             self.cache.cancel(key)
             self.bookings.unbook(node, uid, key)
             raise
-        self.cache.confirm(key, version)
+        self.cache.confirm(key, written)
         LOG.info('pod %s -> node %s: %s', key, node,
                  hami.encode_pod_devices(decision.fit.containers))
         return self._answer(args, [node], as_nodes, decision.failed,

@@ -24,7 +24,10 @@ of the chosen node (a ``resourceVersion``-guarded write that a second
 extender cannot overwrite) before it writes the annotations as a mirror;
 bind refuses a pod the record of its node does not hold. Both read the
 pod from the API rather than trusting the request: its UID, its
-scheduler (``[kubernetes] scheduler_name``) and that it is not bound yet.
+scheduler (``[kubernetes] scheduler_name``) and that it is not bound yet
+(the filter from its pod watch when it can, the mirror's patch then
+guarded by the pod's resourceVersion: see
+:mod:`~amdgpu_virt.k8s.scheduler.pending`).
 With a leader lease configured, both refuse while the kube-scheduler of
 this pod does not lead.
 
@@ -50,10 +53,12 @@ from amdgpu_virt import exception
 from amdgpu_virt.k8s.api import httpserver
 from amdgpu_virt.k8s.api import namespaces
 from amdgpu_virt.k8s.api import tls as api_tls
+from amdgpu_virt.k8s.record import lockboard
 from amdgpu_virt.k8s.record import nodelock
 from amdgpu_virt.k8s.record import store as recordstore
 from amdgpu_virt.k8s.record import sweep as recordgc
 from amdgpu_virt.k8s.scheduler import fencing
+from amdgpu_virt.k8s.scheduler import pending as schedpending
 from amdgpu_virt.k8s.scheduler.cache import cluster as schedcache
 from amdgpu_virt.k8s.scheduler.cache import watching
 from amdgpu_virt.k8s.scheduler.core import Extender
@@ -127,15 +132,20 @@ class Service:
         self.cache = schedcache.ClusterCache(
             allocator.load_strategy(conf.sharing.cu_strategy),
             conf.kubernetes.resource_name, mix, group.packing_candidates)
+        #: the nodes' locks as the node watch shows them
+        self.board = lockboard.LockBoard()
         locker = nodelock.NodeLocker(
             core_api, timeout=datetime.timedelta(
                 seconds=group.node_lock_timeout),
-            wait=group.node_lock_wait, grace=group.node_lock_grace)
+            wait=group.node_lock_wait, grace=group.node_lock_grace,
+            board=self.board)
         records = recordstore.RecordStore(core_api,
                                           conf.kubernetes.namespace)
         self.collector = recordgc.Collector(
             records, core_api, interval=group.record_sweep_interval,
             unbound_ttl=group.node_lock_timeout)
+        #: the unbound pods as the pod watch shows them
+        self.pending = schedpending.PendingPods()
         self.extender = Extender(
             self.cache, core_api, locker,
             default_node_policy=group.node_scheduler_policy,
@@ -146,7 +156,8 @@ class Service:
             # a namespace's memory enforcement label binds within seconds
             namespace_labels=namespaces.NamespaceLabelCache(core_api,
                                                             ttl=5.0),
-            gpuless_namespaces=group.gpuless_namespaces)
+            gpuless_namespaces=group.gpuless_namespaces,
+            pending=self.pending)
         # this process is the extender's own: pause the cyclic collector
         # while a list is read, and after each list keep the loaded objects
         # out of its full passes
@@ -154,11 +165,23 @@ class Service:
             self.cache, core_api, group.watch_timeout,
             after_list=watching.settle_memory,
             pause_collector=True)
-        pod_watcher = self.watchers[1]
+        node_watcher, pod_watcher = self.watchers
+        node_feed = node_watcher.on_event
+
+        def on_node(kind: str, obj: dict[str, Any]) -> None:
+            node_feed(kind, obj)
+            if kind == 'DELETED':
+                self.board.forget(str((obj.get('metadata') or {}).get(
+                    'name')))
+            else:
+                self.board.observe(obj)
+
+        node_watcher.on_event = on_node
         feed = pod_watcher.on_event
 
         def on_pod(kind: str, obj: dict[str, Any]) -> None:
             feed(kind, obj)
+            self.pending.observe(kind, obj)
             self.collector.pod_event(kind, obj)
 
         def after_pods() -> None:
