@@ -112,7 +112,9 @@ class Bookings:
             (the pod was seen by the watch: undoing this booking must
             not take away one it made before).
         :raises SharingError: the record has no room (another writer).
-        :raises WatchBehind: ``first``, and the record holds the pod.
+        :raises WatchBehind: ``first``, and the record holds the pod
+            (its ``kwargs['node']`` names ``node``: the caller's next
+            decision must treat that booking as an earlier one).
         """
         view = self.cache.view(node)
         capacity = allocrecord.capacity_of(
@@ -121,9 +123,12 @@ class Bookings:
 
         def change(record: allocrecord.Record) -> allocrecord.Record:
             if first and uid in record.pods:
+                # maybe this very booking: a write whose answer was lost
+                # is sent again by the client and refused as a conflict
                 raise exception.WatchBehind(
                     obj='pod %s/%s' % (namespace, name),
-                    reason='the record of node %s holds it already' % node)
+                    reason='the record of node %s holds it already' % node,
+                    node=node)
             return allocrecord.book(record, uid, namespace, name, when,
                                     containers, capacity,
                                     self.cache.strategy)

@@ -248,23 +248,32 @@ class Extender:
         # decides again on the pod read from the API)
         seen = None if self.pending is None else self.pending.get(
             namespace, name, meta.get('uid'))
+        held: Any = None
         if seen is not None:
             self._check_pod(seen[0], key, meta.get('uid'), 'Pod.metadata.uid')
             try:
                 return self._place(args, names, as_nodes, key, seen[0],
                                    seen[1])
-            except exception.KubernetesConflict:
+            except exception.KubernetesConflict as err:
                 LOG.info('pod %s changed since the watch showed it; '
                          'deciding again on the API\'s pod', key)
+                # a record that holds the pod already (perhaps this
+                # filter's own write, its answer lost): that booking is
+                # an earlier one for the decision on the API's pod
+                held = err.kwargs.get('node')
         pod = self._verified_pod(namespace, name, meta.get('uid'),
                                  'Pod.metadata.uid')
-        return self._place(args, names, as_nodes, key, pod, None)
+        return self._place(args, names, as_nodes, key, pod, None,
+                           held if isinstance(held, str) else None)
 
     def _place(self, args: Mapping[str, Any], names: list[str],
                as_nodes: bool, key: str, pod: Mapping[str, Any],
-               version: str | None) -> tuple[dict[str, Any], str]:
+               version: str | None, held: str | None = None
+               ) -> tuple[dict[str, Any], str]:
         """Decide, book and mirror ``pod`` (of ``version``, when it is
-        the watch's: the mirror's precondition).
+        the watch's: the mirror's precondition). ``held``: a node whose
+        record holds the pod though neither the cache nor the pod says
+        so (removed there when the pod goes elsewhere or nowhere).
 
         :raises KubernetesConflict: the pod changed since ``version``
             (its booking undone), or may have (:class:`~amdgpu_virt.
@@ -283,7 +292,7 @@ class Extender:
             return self._answer(args, names, as_nodes, {}, {}), 'ignored'
         request = self._namespace_rules(namespace, request)
         earlier = {self.cache.placement(key), ((pod.get('metadata') or {})
-                   .get('annotations') or {}).get(hami.VGPU_NODE)}
+                   .get('annotations') or {}).get(hami.VGPU_NODE), held}
         if version is not None and earlier - {None}:
             # placed before: what to undo is decided on the API's pod
             raise exception.WatchBehind(obj='pod %s' % key,
@@ -311,7 +320,8 @@ class Extender:
                                             first=version is not None)
                 break
             except exception.WatchBehind:
-                # nothing written: the record holds an earlier booking
+                # nothing written now: the record holds a booking of the
+                # pod (an earlier one, or this one whose answer was lost)
                 self.cache.cancel(key)
                 raise
             except exception.SharingError as err:

@@ -13,7 +13,11 @@ request names, and the filter's mirror patch then carries the pod's
 meanwhile, annotated, deleted and created again), the API server refuses
 the patch (``409``) and the filter undoes its booking and decides again
 on the pod read from the API. A stale entry costs a retry, never a pod
-placed on what it no longer is.
+placed on what it no longer is. A first booking refused because the
+record holds the pod already (an earlier booking the watch did not show,
+or this filter's own write sent again by the client after its answer was
+lost) is taken as an earlier placement by that second decision: removed
+when the pod goes to another node or to none.
 
 At most ``known`` pods are kept, the least recently changed going first;
 a pod the board does not have is read from the API, as without it.

@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import fixtures
 import testtools
 
 from amdgpu_virt import exception
@@ -111,3 +112,46 @@ class PendingFilterTest(testtools.TestCase):
             pod['metadata']['uid'], 'team', 'p', containers, first=True)
         self.assertIn('holds it already', str(err))
         self.assertEqual(before, self._records())
+
+    def test_a_first_booking_whose_answer_was_lost_is_not_left(
+            self) -> None:
+        # the client sends a PUT again when its answer is lost (urllib3
+        # retries idempotent methods); the second PUT, at the version the
+        # first one changed, gets 409, and the record then holds the pod:
+        # the filter's own booking, which must not stay behind when the
+        # decision on the API's pod takes another node
+        pod = self.cluster.create(cluster.gpu_pod('p', [SMALL]))
+        self._seen('p')
+        bookings: Any = self.service.extender.bookings
+        records = bookings.records
+        write = records._write
+        lost: list[str] = []
+
+        def answer_lost(node: str, new: Any, version: Any) -> Any:
+            written = write(node, new, version)
+            if not lost and new.find('team', 'p') is not None:
+                lost.append(node)
+                raise exception.KubernetesConflict(obj='configmap')
+            return written
+
+        cache = self.service.extender.cache
+        decide = cache.decide_and_reserve
+
+        def elsewhere(key: str, request: Any, candidates: Any) -> Any:
+            # the second decision goes to the other node (its view of
+            # the first one may have changed meanwhile)
+            return decide(key, request, [n for n in candidates
+                                         if n not in lost])
+
+        self.useFixture(fixtures.MockPatchObject(records, '_write',
+                                                 answer_lost))
+        self.useFixture(fixtures.MockPatchObject(
+            cache, 'decide_and_reserve', elsewhere))
+        node = self.cluster.filter(pod)['NodeNames'][0]
+        self.assertEqual(1, len(lost))
+        self.assertNotEqual(lost[0], node)
+        held = self._records()
+        self.assertEqual([node], [n for n in NODES
+                                  if held[n].find('team', 'p')])
+        self.assertEqual(node, self.cluster.read_pod('team', 'p')[
+            'metadata']['annotations'][hami.VGPU_NODE])
