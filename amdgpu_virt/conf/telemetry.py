@@ -64,13 +64,6 @@ telemetry_opts: list[cfg.Opt] = [
              'most (the oldest bookings first).\n\n'
              'Possible values:\n\n'
              '* 1 to 65536\n'),
-    cfg.StrOpt(
-        'cgroup_root',
-        help='The cgroup v2 hierarchy, where container cgroups and their '
-             'dmem files are read.\n\n'
-             'Possible values:\n\n'
-             '* unset: fs/cgroup below [inventory] sysfs_root\n'
-             '* a directory\n'),
 ]
 
 

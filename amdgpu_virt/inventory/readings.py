@@ -14,12 +14,10 @@ guide):
   kernels for UMC, ``de: <n>``; while RAS is being recovered it reads
   ``Query currently inaccessible``;
 * ``dmem.current`` / ``dmem.max``: one ``<region> <bytes|max>`` line per
-  region, regions named ``drm/<PCI address>/vram`` for amdgpu;
-* kubelet's container cgroups: systemd driver
-  ``kubepods.slice/kubepods-<qos>.slice/kubepods-<qos>-pod<uid with _>
-  .slice/<runtime>-<id>.scope``, cgroupfs driver
-  ``kubepods/<qos>/pod<uid>/<id>`` (Guaranteed pods sit directly below
-  ``kubepods``).
+  region, regions named ``drm/<PCI address>/vram`` for amdgpu.
+
+Where kubelet's container cgroups are is
+:mod:`amdgpu_virt.inventory.podcgroups`.
 """
 
 from __future__ import annotations
@@ -45,16 +43,6 @@ _RAS_BLOCK = re.compile(r'^[a-z][a-z0-9_]{0,31}$')
 _RAS_LINE = re.compile(r'^(ue|ce|de): ?([0-9]{1,19})$')
 _REGION = re.compile(r'^[A-Za-z0-9_./:-]{1,128}$')
 _DECIMAL = re.compile(r'^[0-9]{1,19}$')
-_UID = re.compile(r'^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-'
-                  r'[0-9a-f]{12}$')
-_POD_SYSTEMD = re.compile(r'^kubepods(?:-(?:burstable|besteffort))?-pod'
-                          r'([0-9a-f_]{36})\.slice$')
-_POD_CGROUPFS = re.compile(r'^pod([0-9a-f-]{36})$')
-#: runtime prefixes of container scopes (containerd, CRI-O, Docker)
-_CONTAINER_SYSTEMD = re.compile(r'^(?:cri-containerd|crio|docker)-'
-                                r'([0-9a-f]{64})\.scope$')
-_CONTAINER_CGROUPFS = re.compile(r'^([0-9a-f]{64})$')
-QOS_CLASSES = ('guaranteed', 'burstable', 'besteffort')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -200,24 +188,25 @@ def parse_dmem(raw: bytes | str, path: str) -> dict[str, int | None]:
         raise exception.SysfsValueError(
             value=text[:64], path=path,
             reason='more than %d lines' % MAX_DMEM_LINES)
-    for line in lines:
+    for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
         parts = line.split()
-        if len(parts) != 2 or not _REGION.match(parts[0]) or not (
-                parts[1] == 'max' or _DECIMAL.match(parts[1])):
+        if len(parts) != 2 or not _REGION.match(parts[0]):
             raise exception.SysfsValueError(
                 value=line[:64], path=path,
-                reason='not a "<region> <bytes|max>" line')
+                reason='line %d is not "<region> <bytes|max>"' % number)
+        if parts[1] != 'max' and not (_DECIMAL.match(parts[1]) and
+                                      int(parts[1]) <= MAX_VALUE):
+            raise exception.SysfsValueError(
+                value=parts[1][:64], path=path,
+                reason='line %d: not a byte count' % number)
         if parts[0] in result:
             raise exception.SysfsValueError(
                 value=line[:64], path=path,
-                reason='region %s given twice' % parts[0])
-        value = None if parts[1] == 'max' else int(parts[1])
-        if value is not None and value > MAX_VALUE:
-            raise exception.SysfsValueError(value=line[:64], path=path,
-                                            reason='bytes out of range')
-        result[parts[0]] = value
+                reason='line %d: region %s given twice' % (number,
+                                                           parts[0]))
+        result[parts[0]] = None if parts[1] == 'max' else int(parts[1])
     return result
 
 
@@ -232,38 +221,3 @@ def region_address(region: str) -> str | None:
     if len(parts) == 3 and parts[0] == 'drm' and parts[2] == 'vram':
         return parts[1]
     return None
-
-
-def pod_uid_of(name: str) -> str | None:
-    """The pod UID a kubelet pod cgroup directory name carries, or None."""
-    match = _POD_SYSTEMD.match(name)
-    if match is not None:
-        uid = match.group(1).replace('_', '-')
-    else:
-        match = _POD_CGROUPFS.match(name)
-        if match is None:
-            return None
-        uid = match.group(1)
-    return uid if _UID.match(uid) else None
-
-
-def container_id_of(name: str) -> str | None:
-    """The container id a container cgroup directory name carries."""
-    match = _CONTAINER_SYSTEMD.match(name) or _CONTAINER_CGROUPFS.match(name)
-    return match.group(1) if match is not None else None
-
-
-def pod_cgroup_name(uid: str, qos: str, systemd: bool) -> str:
-    """The pod cgroup directory name kubelet gives a pod (the inverse of
-    :func:`pod_uid_of`)."""
-    if not systemd:
-        return 'pod%s' % uid
-    middle = '' if qos == 'guaranteed' else '-%s' % qos
-    return 'kubepods%s-pod%s.slice' % (middle, uid.replace('-', '_'))
-
-
-def qos_dir(qos: str, systemd: bool) -> str:
-    """The QoS directory below ``kubepods`` ('' for Guaranteed)."""
-    if qos == 'guaranteed':
-        return ''
-    return 'kubepods-%s.slice' % qos if systemd else qos

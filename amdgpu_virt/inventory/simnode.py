@@ -22,9 +22,11 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Mapping
+from collections.abc import Sequence
 
 from amdgpu_virt import exception
 from amdgpu_virt.inventory import layout
+from amdgpu_virt.inventory import podcgroups
 from amdgpu_virt.inventory import readings
 from amdgpu_virt.inventory import simtree
 from amdgpu_virt.model import RasCount
@@ -141,29 +143,29 @@ def enable_dmem(root: str, capacities: Mapping[str, int]) -> str:
 
 
 def add_container(root: str, pod_uid: str, container_id: str, *,
-                  qos: str = 'burstable', systemd: bool = True,
+                  qos: podcgroups.QosClass = podcgroups.QosClass.BURSTABLE,
+                  driver: podcgroups.Driver = podcgroups.Driver.SYSTEMD,
+                  kubelet_root: Sequence[str] = (),
                   runtime: str = 'cri-containerd',
                   current: Mapping[str, int] | None = None,
                   limit: Mapping[str, int | None] | None = None) -> str:
-    """Make a container cgroup as kubelet and the runtime do.
+    """Make a container cgroup as kubelet and the runtime do (the names
+    of :mod:`amdgpu_virt.inventory.podcgroups`).
 
+    :param kubelet_root: kubelet's ``--cgroup-root`` as name parts.
     :param current: GPU address -> bytes in use (``dmem.current``).
     :param limit: GPU address -> bytes or None for ``max`` (``dmem.max``).
     :returns: the container cgroup directory.
+    :raises SimulationError: a QoS class or driver that is none.
     """
-    if qos not in readings.QOS_CLASSES:
-        raise exception.SimulationError(
-            reason='QoS class %r is not one of %s' % (
-                qos, ', '.join(readings.QOS_CLASSES)))
-    parts = [root, layout.CGROUP_ROOT,
-             'kubepods.slice' if systemd else 'kubepods']
-    qdir = readings.qos_dir(qos, systemd)
-    if qdir:
-        parts.append(qdir)
-    parts.append(readings.pod_cgroup_name(pod_uid, qos, systemd))
-    parts.append('%s-%s.scope' % (runtime, container_id) if systemd
-                 else container_id)
-    directory = os.path.join(*parts)
+    try:
+        qos, driver = podcgroups.QosClass(qos), podcgroups.Driver(driver)
+    except ValueError as err:
+        raise exception.SimulationError(reason=str(err)) from None
+    directory = os.path.join(
+        root, layout.CGROUP_ROOT,
+        *podcgroups.pod_cgroup(driver, qos, pod_uid, kubelet_root),
+        podcgroups.container_cgroup_name(driver, container_id, runtime))
     os.makedirs(directory, exist_ok=True)
     if current is not None:
         _write(os.path.join(directory, layout.DMEM_CURRENT), '\n'.join(

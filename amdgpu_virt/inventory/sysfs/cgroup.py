@@ -1,15 +1,17 @@
 """Reading kubelet's container cgroups and their device memory (dmem).
 
-The cgroup v2 hierarchy is below the sysfs root (``fs/cgroup``, or a root
-of its own). Where the kernel has the ``dmem`` controller (Linux 6.14+,
-listed in the root's ``cgroup.controllers``), every cgroup below the root
-where it is enabled has ``dmem.current`` and ``dmem.max``, one line per
-device memory region (``drm/<PCI address>/vram`` for amdgpu).
+The cgroup v2 hierarchy is the host's (``[kubernetes] cgroup_root``, the
+one the device plugin writes caps in). Where the kernel has the ``dmem``
+controller (Linux 6.14+, listed in the root's ``cgroup.controllers``),
+every cgroup below the root where it is enabled has ``dmem.current`` and
+``dmem.max``, one line per device memory region (``drm/<PCI
+address>/vram`` for amdgpu).
 
 :func:`containers` finds the container cgroups kubelet made below the pod
-cgroups, with both cgroup drivers (see
-:mod:`amdgpu_virt.inventory.readings`); what a path says names the pod
-by UID and the container by runtime id only: attributing it to a pod's
+cgroups, with either cgroup driver and below kubelet's own cgroup root
+(the names of :mod:`amdgpu_virt.inventory.podcgroups`, which the device
+plugin's caps use too); what a path says names the pod by UID and the
+container by runtime id only: attributing it to a pod's
 namespace, name and container is the caller's job. The walk is bounded
 (pods and containers looked at) and never follows a link.
 """
@@ -17,24 +19,18 @@ namespace, name and container is the caller's job. The walk is bounded
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 
 from amdgpu_virt import exception
 from amdgpu_virt import fileutil
 from amdgpu_virt.inventory import layout
+from amdgpu_virt.inventory import podcgroups
 from amdgpu_virt.inventory import readings
 
 #: bytes read of one dmem file (one line per region)
 MAX_BYTES = 16 * 1024
 #: directory names looked at in one cgroup directory
 MAX_ENTRIES = 4096
-
-_SYSTEMD_TOP = 'kubepods.slice'
-_CGROUPFS_TOP = 'kubepods'
-
-
-def default_root(sysfs_root: str) -> str:
-    """The cgroup v2 root below a sysfs root."""
-    return os.path.join(sysfs_root, layout.CGROUP_ROOT)
 
 
 def has_dmem(cgroup_root: str) -> bool:
@@ -69,32 +65,39 @@ def _subdirs(path: str, problems: list[tuple[str, str]]) -> list[str]:
     return sorted(names)
 
 
-def containers(cgroup_root: str, max_containers: int = 4096
+def containers(cgroup_root: str, max_containers: int = 4096,
+               kubelet_root: Sequence[str] = (),
+               drivers: Sequence[podcgroups.Driver] = tuple(
+                   podcgroups.Driver)
                ) -> tuple[list[readings.ContainerCgroup],
                           list[tuple[str, str]]]:
     """The container cgroups below kubelet's pod cgroups.
 
     :param max_containers: the walk stops after this many (a problem
         says so).
+    :param kubelet_root: kubelet's ``--cgroup-root`` as name parts
+        (:func:`~amdgpu_virt.inventory.podcgroups.kubelet_root_parts`).
+    :param drivers: kubelet's cgroup driver, or both when not known.
     :returns: (container cgroups sorted by path, problems).
     """
     problems: list[tuple[str, str]] = []
     found: list[readings.ContainerCgroup] = []
-    for top, systemd in ((_SYSTEMD_TOP, True), (_CGROUPFS_TOP, False)):
-        base = os.path.join(cgroup_root, top)
-        if not os.path.isdir(base) or os.path.islink(base):
+    for driver in drivers:
+        top = podcgroups.kubepods_cgroup(driver, kubelet_root)
+        if not _is_dir(cgroup_root, top):
             continue
-        for qos in readings.QOS_CLASSES:
-            qdir = readings.qos_dir(qos, systemd)
-            where = os.path.join(base, qdir) if qdir else base
-            rel_where = os.path.join(top, qdir) if qdir else top
+        for qos in podcgroups.QosClass:
+            rel_where = os.path.join(*podcgroups.qos_cgroup(
+                driver, qos, kubelet_root))
+            where = os.path.join(cgroup_root, rel_where)
             for pod_dir in _subdirs(where, problems):
-                uid = readings.pod_uid_of(pod_dir)
+                uid = podcgroups.pod_uid_in(pod_dir, driver, qos,
+                                            kubelet_root)
                 if uid is None:
                     continue
-                pod_path = os.path.join(where, pod_dir)
-                for name in _subdirs(pod_path, problems):
-                    cid = readings.container_id_of(name)
+                for name in _subdirs(os.path.join(where, pod_dir),
+                                     problems):
+                    cid = podcgroups.container_id_of(name)
                     if cid is None:
                         continue
                     if len(found) >= max_containers:
@@ -105,8 +108,19 @@ def containers(cgroup_root: str, max_containers: int = 4096
                     found.append(readings.ContainerCgroup(
                         pod_uid=uid, container_id=cid,
                         path=os.path.join(rel_where, pod_dir, name),
-                        qos=qos))
+                        qos=qos.value))
     return sorted(found), problems
+
+
+def _is_dir(cgroup_root: str, parts: Sequence[str]) -> bool:
+    """Whether every directory of ``parts`` below the root is one (no
+    link on the way)."""
+    path = cgroup_root
+    for part in parts:
+        path = os.path.join(path, part)
+        if os.path.islink(path) or not os.path.isdir(path):
+            return False
+    return True
 
 
 def read_dmem(cgroup_root: str, path: str, name: str

@@ -472,7 +472,7 @@ def _metrics_server(conf: Any, node: str | None, core_api: Any,
                     monitor: node_health.HealthMonitor,
                     levels: telemetry.Enforcement | None) -> Any:
     """The node's metrics listener (bound now)."""
-    from amdgpu_virt.inventory.sysfs import cgroup as sysfs_cgroup
+    from amdgpu_virt.inventory import podcgroups
     from amdgpu_virt.k8s.api import httpserver
     from amdgpu_virt.k8s.node import metricsserver
     from amdgpu_virt.k8s.node import podsource
@@ -482,13 +482,16 @@ def _metrics_server(conf: Any, node: str | None, core_api: Any,
         source = podsource.KubernetesPodSource(node, core_api,
                                                conf.kubernetes.namespace)
         pods, record = source.pods_on_node, source.allocation_record
+    group = conf.kubernetes
+    driver = podcgroups.driver_setting(group.cgroup_driver)
     collector = telemetry.NodeTelemetry(
         node or conf.inventory.hostname or '', units, share_count,
-        conf.inventory.sysfs_root,
-        conf.telemetry.cgroup_root or sysfs_cgroup.default_root(
-            conf.inventory.sysfs_root),
+        conf.inventory.sysfs_root, group.cgroup_root,
         health=monitor, enforcement=levels, pods=pods, record=record,
-        limits=telemetry.Limits.from_conf(conf))
+        limits=telemetry.Limits.from_conf(conf),
+        kubelet_root=podcgroups.kubelet_root_parts(
+            group.kubelet_cgroup_root),
+        cgroup_drivers=(driver,) if driver else tuple(podcgroups.Driver))
     return metricsserver.make_server(
         collector, conf.telemetry.metrics_host, conf.telemetry.metrics_port,
         httpserver.Limits.from_conf(conf))

@@ -1,23 +1,12 @@
-"""Where kubelet puts a pod's cgroup, and reading and writing cgroup files
-safely.
+"""Finding a pod's cgroup on the node, and reading and writing cgroup
+files safely.
 
-Kubelet (``--cgroups-per-qos``, the default) nests pods under QoS
-cgroups below its cgroup root (``--cgroup-root``, ``/`` by default), named
-by its cgroup driver:
-
-* ``systemd``: a slice per level, each name repeating its parents'
-  (``kubepods.slice/kubepods-burstable.slice/
-  kubepods-burstable-pod<uid>.slice``), with ``-`` in a name part written
-  ``_`` (so ``<uid>`` has ``_`` where the pod UID has ``-``); Guaranteed
-  pods sit directly below ``kubepods.slice``
-  (``kubepods.slice/kubepods-pod<uid>.slice``);
-* ``cgroupfs``: plain directories (``kubepods/burstable/pod<uid>``,
-  ``kubepods/besteffort/pod<uid>``, ``kubepods/pod<uid>``).
-
-A container's cgroup sits below its pod's (created by the OCI runtime when
-the container is created). The pod cgroup exists before kubelet calls the
-device plugin's ``PreStartContainer``: kubelet creates it in ``SyncPod``
-before the runtime creates any container.
+Where kubelet puts a pod's cgroup is
+:mod:`amdgpu_virt.inventory.podcgroups` (the names, shared with the
+node's telemetry); this module finds them on the node. The pod cgroup
+exists before kubelet calls the device plugin's ``PreStartContainer``:
+kubelet creates it in ``SyncPod`` before the runtime creates any
+container.
 
 :class:`CgroupFs` reads and writes the files of a cgroup v2 hierarchy
 below a root (``/sys/fs/cgroup``, or a test tree): every directory on the
@@ -28,10 +17,8 @@ read, within a size bound. Every refusal names the file.
 
 from __future__ import annotations
 
-import enum
 import errno
 import os
-import re
 import stat
 from collections.abc import Iterator
 from collections.abc import Mapping
@@ -40,90 +27,22 @@ from typing import Any
 
 from amdgpu_virt import exception
 from amdgpu_virt import fileutil
+from amdgpu_virt.inventory.podcgroups import Driver
+from amdgpu_virt.inventory.podcgroups import driver_setting
+from amdgpu_virt.inventory.podcgroups import kubelet_root_parts
+from amdgpu_virt.inventory.podcgroups import kubepods_cgroup
+from amdgpu_virt.inventory.podcgroups import NAME
+from amdgpu_virt.inventory.podcgroups import Parts
+from amdgpu_virt.inventory.podcgroups import pod_cgroup
+from amdgpu_virt.inventory.podcgroups import qos_cgroup
+from amdgpu_virt.inventory.podcgroups import QosClass
+
+__all__ = ['CgroupFs', 'Driver', 'Parts', 'QosClass', 'check_v2',
+           'detect_driver', 'display', 'driver_setting', 'find_pod',
+           'kubelet_root_parts', 'pod_cgroup', 'qos_cgroup', 'qos_of']
 
 #: a cgroup interface file is small; anything larger is not one
 MAX_FILE_BYTES = 64 * 1024
-#: what a path component may be (no '/', no '.' or '..', no NUL)
-_PART = re.compile(r'^(?!\.\.?$)[A-Za-z0-9_.:@+,-]{1,255}$')
-#: a pod UID as the API serves it (a UUID), or a static pod's hash
-_UID = re.compile(r'^[A-Za-z0-9-]{1,64}$')
-
-Parts = tuple[str, ...]
-
-
-class Driver(str, enum.Enum):
-    """kubelet's ``--cgroup-driver``."""
-
-    __hash__ = str.__hash__
-
-    SYSTEMD = 'systemd'
-    CGROUPFS = 'cgroupfs'
-
-
-class QosClass(str, enum.Enum):
-    """A pod's ``status.qosClass``."""
-
-    __hash__ = str.__hash__
-
-    GUARANTEED = 'Guaranteed'
-    BURSTABLE = 'Burstable'
-    BEST_EFFORT = 'BestEffort'
-
-
-#: the QoS level's name part (Guaranteed pods have none)
-_QOS_PART = {QosClass.GUARANTEED: None, QosClass.BURSTABLE: 'burstable',
-             QosClass.BEST_EFFORT: 'besteffort'}
-
-
-def kubelet_root_parts(cgroup_root: str) -> tuple[str, ...]:
-    """kubelet's ``--cgroup-root`` as name parts (``/`` -> none).
-
-    :raises ConfigError: a part that is not a plain name.
-    """
-    parts = tuple(p for p in cgroup_root.split('/') if p)
-    for part in parts:
-        if not _PART.match(part) or part.endswith('.slice'):
-            raise exception.ConfigError(
-                option='[kubernetes] kubelet_cgroup_root',
-                reason='%r is not a cgroup name (give kubelet\'s '
-                '--cgroup-root, e.g. / or /kubelet)' % cgroup_root)
-    return parts
-
-
-def _path(driver: Driver, names: Sequence[str]) -> Parts:
-    """The directories of the cgroup kubelet names ``names``."""
-    if driver is Driver.CGROUPFS:
-        return tuple(names)
-    escaped = [name.replace('-', '_') for name in names]
-    return tuple('-'.join(escaped[:n]) + '.slice'
-                 for n in range(1, len(escaped) + 1))
-
-
-def qos_cgroup(driver: Driver, qos: QosClass,
-               root: Sequence[str] = ()) -> Parts:
-    """The QoS cgroup's directories (``kubepods`` for Guaranteed)."""
-    names = [*root, 'kubepods']
-    level = _QOS_PART[qos]
-    if level is not None:
-        names.append(level)
-    return _path(driver, names)
-
-
-def pod_cgroup(driver: Driver, qos: QosClass, uid: str,
-               root: Sequence[str] = ()) -> Parts:
-    """The pod cgroup's directories.
-
-    :raises CgroupNotFound: a UID that cannot be part of a name.
-    """
-    if not _UID.match(uid or ''):
-        raise exception.CgroupNotFound(
-            owner='pod uid %.80r' % uid, reason='not a pod UID')
-    names = [*root, 'kubepods']
-    level = _QOS_PART[qos]
-    if level is not None:
-        names.append(level)
-    names.append('pod%s' % uid)
-    return _path(driver, names)
 
 
 def qos_of(pod: Mapping[str, Any]) -> QosClass | None:
@@ -176,7 +95,7 @@ class CgroupFs:
         fd = self._open_root()
         try:
             for n, part in enumerate(parts):
-                if not isinstance(part, str) or not _PART.match(part):
+                if not isinstance(part, str) or not NAME.match(part):
                     raise exception.CgroupError(
                         path=self.where(parts[:n]),
                         reason='%.80r is not a cgroup name' % (part,))
@@ -349,10 +268,10 @@ def detect_driver(fs: CgroupFs, driver: Driver | None = None,
         either, or of both when none is configured).
     """
     found = [d for d in (driver,) if d is not None] or list(Driver)
-    present = [d for d in found if fs.is_dir(_path(d, [*root, 'kubepods']))]
+    present = [d for d in found if fs.is_dir(kubepods_cgroup(d, root))]
     if len(present) == 1:
         return present[0]
-    names = ' and '.join(fs.where(_path(d, [*root, 'kubepods']))
+    names = ' and '.join(fs.where(kubepods_cgroup(d, root))
                          for d in found)
     if not present:
         raise exception.CgroupNotFound(

@@ -464,8 +464,7 @@ def from_conf(conf: Any, inventory: model.HostInventory,
             judged.dmem is not None:
         caps = podcaps.PodCaps(
             cgroups.CgroupFs(group.cgroup_root), judged.dmem, units,
-            None if group.cgroup_driver == 'auto'
-            else cgroups.Driver(group.cgroup_driver),
+            cgroups.driver_setting(group.cgroup_driver),
             cgroups.kubelet_root_parts(group.kubelet_cgroup_root))
     return DevicePlugin(
         inventory, plugin_dir=group.device_plugin_dir,

@@ -25,12 +25,12 @@ from __future__ import annotations
 import dataclasses
 import errno
 import logging
-import re
 from collections.abc import Mapping
 from collections.abc import Sequence
 
 from amdgpu_virt import exception
 from amdgpu_virt import model
+from amdgpu_virt.inventory import readings
 from amdgpu_virt.k8s.node import cgroups
 
 LOG = logging.getLogger(__name__)
@@ -40,48 +40,31 @@ CAPACITY = 'dmem.capacity'
 MAX = 'dmem.max'
 CONTROLLERS = 'cgroup.controllers'
 SUBTREE_CONTROL = 'cgroup.subtree_control'
-#: regions and values as the kernel prints them
-_REGION = re.compile(r'^[A-Za-z0-9_.:/+-]{1,200}$')
-_LINES = 4096
 #: the page size the kernel may round a limit down to
 PAGE = 4096
-_MAX_BYTES = (1 << 63) - 1
 
 
 def region(address: str | model.PciAddress) -> str:
     """``drm/<PCI address>/vram``: amdgpu's VRAM region of a GPU."""
-    return 'drm/%s/vram' % model.PciAddress.parse(str(address))
+    return readings.vram_region(str(model.PciAddress.parse(str(address))))
 
 
 def parse(text: str, where: str, allow_max: bool) -> dict[str, int | None]:
-    """``<region> <bytes>`` lines (``max`` -> None when allowed).
+    """``<region> <bytes>`` lines (``max`` -> None when allowed): the
+    parser the node's telemetry reads these files with.
 
     :raises DmemError: a line that is not a region and a value, naming
         the file and the line.
     """
-    result: dict[str, int | None] = {}
-    lines = text.splitlines()
-    if len(lines) > _LINES:
-        raise exception.DmemError(path=where, reason='%d lines, more than '
-                                  '%d' % (len(lines), _LINES))
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        fields = line.split()
-        if len(fields) != 2 or not _REGION.match(fields[0]):
-            raise exception.DmemError(
-                path=where, reason='line %d is not "<region> <bytes>": '
-                '%.80r' % (number, line))
-        name, value = fields
-        if value == 'max' and allow_max:
-            result[name] = None
-        elif value.isdigit() and len(value) <= 19 and \
-                int(value) <= _MAX_BYTES:
-            result[name] = int(value)
-        else:
-            raise exception.DmemError(
-                path=where, reason='line %d: %.40r is not a byte count'
-                % (number, value))
+    try:
+        result = readings.parse_dmem(text, where)
+    except exception.SysfsValueError as err:
+        raise exception.DmemError(path=where, reason='%s (%.80r)' % (
+            err.kwargs.get('reason'), err.kwargs.get('value'))) from None
+    unlimited = sorted(k for k, v in result.items() if v is None)
+    if unlimited and not allow_max:
+        raise exception.DmemError(path=where, reason='region %s: \'max\' '
+                                  'is not a byte count' % unlimited[0])
     return result
 
 
@@ -216,7 +199,7 @@ def set_max(fs: cgroups.CgroupFs, parts: Sequence[str],
                 path=where, reason='region %s is not one of the node\'s '
                 '(%s)' % (name, ', '.join(sorted(capacity)) or 'none'))
         if not isinstance(value, int) or isinstance(value, bool) or \
-                not 0 <= value <= _MAX_BYTES:
+                not 0 <= value <= readings.MAX_VALUE:
             raise exception.DmemError(
                 path=where, reason='%r is not a byte count for %s'
                 % (value, name))

@@ -126,8 +126,7 @@ def _kernel(conf: Any) -> dmem.NodeDmem:
         return node
     try:
         cgroups.detect_driver(
-            fs, None if group.cgroup_driver == 'auto'
-            else cgroups.Driver(group.cgroup_driver),
+            fs, cgroups.driver_setting(group.cgroup_driver),
             cgroups.kubelet_root_parts(group.kubelet_cgroup_root))
     except exception.CgroupError as err:
         return dmem.NodeDmem(False, str(err), node.capacity)

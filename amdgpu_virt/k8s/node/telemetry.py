@@ -40,6 +40,7 @@ from typing import Any
 import prometheus_client
 from prometheus_client import core as prom
 
+from amdgpu_virt.inventory import podcgroups
 from amdgpu_virt.inventory.sysfs import cgroup as sysfs_cgroup
 from amdgpu_virt.inventory.sysfs import telemetry as sysfs_telemetry
 from amdgpu_virt.inventory import readings
@@ -139,6 +140,10 @@ class NodeTelemetry:
         not exported.
     :param pods: lists the pods bound to the node (API objects).
     :param record: reads the node's allocation record.
+    :param cgroup_root: the host's cgroup v2 hierarchy (``[kubernetes]
+        cgroup_root``, where the device plugin writes the caps).
+    :param kubelet_root: kubelet's ``--cgroup-root`` as name parts.
+    :param cgroup_drivers: kubelet's cgroup driver (both when unknown).
     """
 
     def __init__(self, node: str, units: Sequence[devices.GpuUnit],
@@ -149,8 +154,13 @@ class NodeTelemetry:
                  pods: Callable[[], list[dict[str, Any]]] | None = None,
                  record: Callable[[], Any] | None = None,
                  limits: Limits | None = None,
+                 kubelet_root: Sequence[str] = (),
+                 cgroup_drivers: Sequence[podcgroups.Driver] = tuple(
+                     podcgroups.Driver),
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.node = node
+        self.kubelet_root = tuple(kubelet_root)
+        self.cgroup_drivers = tuple(cgroup_drivers)
         self.gpus = identities(units)
         self.share_count = share_count
         self.sysfs_root = sysfs_root
@@ -347,7 +357,8 @@ class NodeTelemetry:
             return
         limits = self.limits
         cgroups, problems = sysfs_cgroup.containers(
-            root, limits.max_containers * 4)
+            root, limits.max_containers * 4, self.kubelet_root,
+            self.cgroup_drivers)
         for _source, message in problems:
             self.errors.add('cgroup', message)
         found, unknown = attribution.attribute(cgroups, pods, booked)

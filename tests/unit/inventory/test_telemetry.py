@@ -7,9 +7,12 @@ import dataclasses
 import os
 import threading
 
+import hypothesis
 import testtools
+from hypothesis import strategies as hyp_st
 
 from amdgpu_virt import exception
+from amdgpu_virt.inventory import podcgroups
 from amdgpu_virt.inventory import readings
 from amdgpu_virt.inventory import simnode
 from amdgpu_virt.inventory import simulate
@@ -59,18 +62,57 @@ class ParserTest(testtools.TestCase):
         self.assertIsNone(readings.region_address('drm/0000:05:00.0/stolen'))
 
     def test_cgroup_names_of_both_drivers(self) -> None:
-        for systemd in (True, False):
-            for qos in readings.QOS_CLASSES:
-                name = readings.pod_cgroup_name(UID, qos, systemd)
-                self.assertEqual(UID, readings.pod_uid_of(name))
-        self.assertIsNone(readings.pod_uid_of('kubepods-burstable.slice'))
-        self.assertIsNone(readings.pod_uid_of('pod../../etc'))
+        for driver in podcgroups.Driver:
+            for qos in podcgroups.QosClass:
+                for root in ((), ('kubelet',), ('a', 'b')):
+                    name = podcgroups.pod_cgroup(driver, qos, UID, root)[-1]
+                    self.assertEqual(UID, podcgroups.pod_uid_in(
+                        name, driver, qos, root))
+        systemd = podcgroups.Driver.SYSTEMD
+        # kubelet --cgroup-root=/kubelet (kind): every name has the prefix
+        self.assertEqual(
+            ('kubelet.slice', 'kubelet-kubepods.slice',
+             'kubelet-kubepods-burstable.slice',
+             'kubelet-kubepods-burstable-pod%s.slice'
+             % UID.replace('-', '_')),
+            podcgroups.pod_cgroup(systemd, podcgroups.QosClass.BURSTABLE,
+                                  UID, ('kubelet',)))
+        burstable = podcgroups.QosClass.BURSTABLE
+        guaranteed = podcgroups.QosClass.GUARANTEED
+        # a QoS cgroup below kubepods is no Guaranteed pod
+        self.assertIsNone(podcgroups.pod_uid_in(
+            'kubepods-burstable.slice', systemd, guaranteed))
+        self.assertIsNone(podcgroups.pod_uid_in(
+            'burstable', podcgroups.Driver.CGROUPFS, guaranteed))
+        # a pod of the default root is not one of kubelet's other root
+        self.assertIsNone(podcgroups.pod_uid_in(
+            podcgroups.pod_cgroup(systemd, burstable, UID)[-1], systemd,
+            burstable, ('kubelet',)))
+        self.assertIsNone(podcgroups.pod_uid_in(
+            'pod../../etc', podcgroups.Driver.CGROUPFS, burstable))
         cid = 'ab' * 32
         for name in ('cri-containerd-%s.scope' % cid, 'crio-%s.scope' % cid,
                      'docker-%s.scope' % cid, cid):
-            self.assertEqual(cid, readings.container_id_of(name))
-        self.assertIsNone(readings.container_id_of('crio-conmon-%s.scope'
-                                                   % cid))
+            self.assertEqual(cid, podcgroups.container_id_of(name))
+        self.assertIsNone(podcgroups.container_id_of('crio-conmon-%s.scope'
+                                                     % cid))
+
+    @hypothesis.given(
+        driver=hyp_st.sampled_from(list(podcgroups.Driver)),
+        qos=hyp_st.sampled_from(list(podcgroups.QosClass)),
+        uid=hyp_st.from_regex(r'[A-Za-z0-9-]{1,64}', fullmatch=True),
+        root=hyp_st.lists(hyp_st.from_regex(r'[a-z][a-z0-9_-]{0,8}',
+                                            fullmatch=True), max_size=2))
+    def test_telemetry_reads_back_the_names_the_caps_use(
+            self, driver: podcgroups.Driver, qos: podcgroups.QosClass,
+            uid: str, root: list[str]) -> None:
+        # the device plugin caps pod_cgroup(...); the telemetry walk must
+        # find the same pod there, whatever the driver, class and root
+        parts = podcgroups.pod_cgroup(driver, qos, uid, root)
+        self.assertEqual(parts[:-1], podcgroups.qos_cgroup(driver, qos,
+                                                           root))
+        self.assertEqual(uid, podcgroups.pod_uid_in(parts[-1], driver, qos,
+                                                    root))
 
 
 class SysfsTelemetryTest(testtools.TestCase):
@@ -199,13 +241,14 @@ class CgroupTest(testtools.TestCase):
         simnode.enable_dmem(self.root, {'0000:05:00.0': 1 << 30})
         self.assertTrue(cgroup.has_dmem(self.cgroups))
         made = []
-        for n, (systemd, qos) in enumerate(
-                (s, q) for s in (True, False) for q in readings.QOS_CLASSES):
+        for n, (driver, qos) in enumerate(
+                (d, q) for d in podcgroups.Driver
+                for q in podcgroups.QosClass):
             uid = UID[:-1] + str(n)
             simnode.add_container(self.root, uid, '%x' % n * 64,
-                                  qos=qos, systemd=systemd,
+                                  qos=qos, driver=driver,
                                   current={'0000:05:00.0': n})
-            made.append((uid, qos))
+            made.append((uid, qos.value))
         found, problems = cgroup.containers(self.cgroups)
         self.assertEqual([], problems)
         self.assertEqual(sorted(made), sorted((c.pod_uid, c.qos)
@@ -216,6 +259,26 @@ class CgroupTest(testtools.TestCase):
             self.assertIsNone(problem)
             self.assertEqual(int(item.pod_uid[-1]),
                              (current or {})['drm/0000:05:00.0/vram'])
+
+    def test_containers_below_kubelets_own_cgroup_root(self) -> None:
+        # kubelet --cgroup-root=/kubelet (kind nodes): the walk finds the
+        # containers there, and only with that root and driver
+        simnode.enable_dmem(self.root, {'0000:05:00.0': 1 << 30})
+        made = []
+        for n, driver in enumerate(podcgroups.Driver):
+            uid = UID[:-1] + str(n)
+            simnode.add_container(self.root, uid, '%x' % n * 64,
+                                  driver=driver, kubelet_root=('kubelet',))
+            made.append(uid)
+        self.assertEqual([], cgroup.containers(self.cgroups)[0])
+        found, problems = cgroup.containers(self.cgroups,
+                                            kubelet_root=('kubelet',))
+        self.assertEqual([], problems)
+        self.assertEqual(made, [c.pod_uid for c in sorted(
+            found, key=lambda c: c.pod_uid)])
+        only = cgroup.containers(self.cgroups, kubelet_root=('kubelet',),
+                                 drivers=(podcgroups.Driver.CGROUPFS,))[0]
+        self.assertEqual([made[1]], [c.pod_uid for c in only])
 
     def test_the_walk_is_bounded_and_follows_no_link(self) -> None:
         simnode.enable_dmem(self.root, {})

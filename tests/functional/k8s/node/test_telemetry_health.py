@@ -17,6 +17,7 @@ keeps new work off it. The DRA plugin's side is
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import shutil
 import tempfile
@@ -29,6 +30,7 @@ from prometheus_client import parser as prom_parser
 
 from amdgpu_virt import conf as av_conf
 from amdgpu_virt import ledger as av_ledger
+from amdgpu_virt.inventory import podcgroups
 from amdgpu_virt.inventory import simnode
 from amdgpu_virt.inventory import simulate
 from amdgpu_virt.k8s.dra import devices as dra_devices
@@ -99,9 +101,14 @@ class NodeTelemetryHealthTest(testtools.TestCase):
                 open(os.path.join(self.dev, path.lstrip('/')), 'w').close()
         conf = self.conf = av_conf.new_conf()
         for group, values in {
+                # kubelet with --cgroup-root=/kubelet (kind nodes): the
+                # container cgroups are below kubelet.slice
                 'kubernetes': {'node_name': NODE, 'device_root': self.dev,
                                'allocation_mode': 'whole',
-                               'share_count': 1},
+                               'share_count': 1,
+                               'cgroup_root': os.path.join(
+                                   self.sysfs, 'fs', 'cgroup'),
+                               'kubelet_cgroup_root': '/kubelet'},
                 'inventory': {'sysfs_root': self.sysfs},
                 'health': {'interval': 1},
                 'telemetry': {'metrics_host': '127.0.0.1',
@@ -116,16 +123,16 @@ class NodeTelemetryHealthTest(testtools.TestCase):
             metadata=client.V1ObjectMeta(name='job', namespace='team'),
             spec=client.V1PodSpec(node_name=NODE, containers=[
                 client.V1Container(name='main', image='rocm')])))
-        simnode.add_container(self.sysfs, pod.metadata.uid, CID,
-                              current={self.gpu1: 5 << 30},
-                              limit={self.gpu1: 8 << 30})
+        add = functools.partial(simnode.add_container, self.sysfs,
+                                kubelet_root=('kubelet',))
+        add(pod.metadata.uid, CID, current={self.gpu1: 5 << 30},
+            limit={self.gpu1: 8 << 30})
         # the pod sandbox's cgroup: not a container the status lists
-        simnode.add_container(self.sysfs, pod.metadata.uid, 'a' * 64,
-                              current={})
+        add(pod.metadata.uid, 'a' * 64, current={})
         # a container cgroup of a pod this node does not run (any cgroup
         # writer could name any UID)
-        simnode.add_container(self.sysfs, STRANGER, 'b' * 64,
-                              qos='besteffort', current={self.gpu1: 1 << 30})
+        add(STRANGER, 'b' * 64, qos=podcgroups.QosClass.BEST_EFFORT,
+            current={self.gpu1: 1 << 30})
         api.patch_namespaced_pod_status('job', 'team', {'status': {
             'phase': 'Running', 'containerStatuses': [{
                 'name': 'main', 'containerID': 'containerd://' + CID,

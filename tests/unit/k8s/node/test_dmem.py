@@ -34,7 +34,8 @@ class ParseTest(testtools.TestCase):
     def test_garbage_is_named(self) -> None:
         for text, what in (('%s' % REGION, 'line 1'),
                            ('%s 1 2' % REGION, 'line 1'),
-                           ('ok 1\n%s -5' % REGION, "line 2: '-5'"),
+                           ('ok 1\n%s -5' % REGION,
+                            "line 2: not a byte count ('-5')"),
                            ('%s 1e9' % REGION, "'1e9'"),
                            ('%s max' % REGION, "'max'"),
                            ('%s %d' % (REGION, 1 << 64), 'not a byte'),

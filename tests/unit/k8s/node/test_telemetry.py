@@ -7,6 +7,7 @@ import os
 
 import testtools
 
+from amdgpu_virt.inventory import podcgroups
 from amdgpu_virt.inventory import simnode
 from amdgpu_virt.inventory import simulate
 from amdgpu_virt.k8s.node import attribution
@@ -70,17 +71,18 @@ class CollectorTest(testtools.TestCase):
             limits=telemetry.Limits(min_read_interval=0, **limits),
             clock=self.clock)
 
-    def add(self, n: int, containers: int, systemd: bool = True) -> None:
+    def add(self, n: int, containers: int,
+            driver: podcgroups.Driver = podcgroups.Driver.SYSTEMD) -> None:
         self.pods.append(pod(n, containers))
         for k in range(containers):
             simnode.add_container(self.root, uid(n), cid(n * 100 + k),
-                                  systemd=systemd, runtime='crio',
+                                  driver=driver, runtime='crio',
                                   current={self.gpu: n * 10 + k},
                                   limit={self.gpu: None})
 
     def test_containers_are_attributed_and_capped(self) -> None:
         self.add(1, 3)
-        self.add(2, 1, systemd=False)
+        self.add(2, 1, driver=podcgroups.Driver.CGROUPFS)
         self.add(3, 1)
         collector = self.collector(max_containers=3,
                                    max_containers_per_pod=2)
