@@ -275,7 +275,7 @@ def is_gpu_pod(pod: Mapping[str, Any]) -> bool:
     spec = pod.get('spec')
     if not isinstance(spec, Mapping):
         return False
-    return any(name.startswith('amd.com/')
+    return any(name.startswith(hami.VENDOR)
                for _where, c in containers(spec)
                for kind in ('limits', 'requests')
                for name in resources(c, kind) if isinstance(name, str))
@@ -307,7 +307,7 @@ def ephemeral_problems(pod: Mapping[str, Any],
             for resource, (field, _value) in sorted(
                     resources(container, kind).items()):
                 if isinstance(resource, str) and \
-                        resource.startswith('amd.com/'):
+                        resource.startswith(hami.VENDOR):
                     problems.append('%s: %s: an ephemeral container gets '
                                     'no GPU' % (label, field))
         if not gpu_pod:

@@ -16,6 +16,8 @@ from amdgpu_virt.k8s.api import client as k8s_client
 
 #: where Events about Nodes go (as kubelet's)
 NAMESPACE = 'default'
+#: the component the node pods' events are reported by
+NODE_AGENT = 'amdgpu-virt-agent'
 
 
 def node_event(node: Mapping[str, Any], suffix: str, reason: str,

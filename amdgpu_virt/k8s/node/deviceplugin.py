@@ -196,7 +196,7 @@ class DevicePlugin:
     def __init__(self, inventory: model.HostInventory,
                  plugin_dir: str = DEFAULT_PLUGIN_DIR,
                  socket_name: str = 'amdgpu-virt.sock',
-                 resource_name: str = 'amd.com/gpu',
+                 resource_name: str = hami.RESOURCE_GPU,
                  share_count: int = 10, poll_interval: float = 1.0,
                  health: node_health.HealthCheck | None = None,
                  gpus: Sequence[str] | None = None,

@@ -42,7 +42,6 @@ REASON_SICK = 'UnhealthyGPUs'
 REASON_WELL = 'GPUsHealthy'
 EVENT_SICK = 'GpuUnhealthy'
 EVENT_WELL = 'GpuHealthy'
-COMPONENT = 'amdgpu-virt-agent'
 #: the longest condition message (the API server allows 32 KiB)
 MAX_MESSAGE = 4096
 
@@ -123,7 +122,7 @@ def event_body(node: Mapping[str, Any], address: str, reason: str,
                if sick else 'GPU %s is healthy again' % address)
     return events.node_event(
         node, 'gpu-health.%s' % digest, EVENT_SICK if sick else EVENT_WELL,
-        'Warning' if sick else 'Normal', message, COMPONENT, now)
+        'Warning' if sick else 'Normal', message, events.NODE_AGENT, now)
 
 
 def _now() -> str:

@@ -196,7 +196,7 @@ def node_event(node: dict[str, Any], reason: str, tag: str, message: str,
     message (publishing the same again is one object)."""
     digest = hashlib.sha256(message.encode()).hexdigest()[:12]
     return events.node_event(node, '%s.%s' % (tag, digest), reason,
-                             'Warning', message[:1024], 'amdgpu-virt-agent',
+                             'Warning', message[:1024], events.NODE_AGENT,
                              now)
 
 

@@ -54,7 +54,7 @@ class SharedServer:
     def __init__(self, source: podsource.PodSource,
                  units: Sequence[devices.GpuUnit], share_count: int,
                  library: str, checkpoint: str,
-                 resource_name: str = 'amd.com/gpu') -> None:
+                 resource_name: str = hami.RESOURCE_GPU) -> None:
         self.source = source
         self.units = units
         self.share_count = share_count

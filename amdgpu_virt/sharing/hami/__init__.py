@@ -62,6 +62,7 @@ from amdgpu_virt.sharing.hami.names import ENV_ROC_GLOBAL_CU_MASK
 from amdgpu_virt.sharing.hami.names import ENV_ROCR_VISIBLE_DEVICES
 from amdgpu_virt.sharing.hami.names import GPU_SCHEDULER_POLICIES
 from amdgpu_virt.sharing.hami.names import GPU_SCHEDULER_POLICY
+from amdgpu_virt.sharing.hami.names import VENDOR
 from amdgpu_virt.sharing.hami.names import is_plugin_env
 from amdgpu_virt.sharing.hami.names import LD_AUDIT_LIBRARY
 from amdgpu_virt.sharing.hami.names import NODE_LOCK
@@ -162,6 +163,7 @@ __all__ = [
     'RESOURCE_GPUMEM',
     'USE_GPUTYPE',
     'USE_GPU_UUID',
+    'VENDOR',
     'VGPU_NODE',
     'VGPU_TIME',
     'WEBHOOK_IGNORE',

@@ -13,6 +13,8 @@ from amdgpu_virt.sharing import cumask
 
 # --- resource names ----------------------------------------------------------
 
+#: The vendor domain of AMD's extended resources and annotations.
+VENDOR = 'amd.com/'
 #: Number of physical GPUs (pod limit).
 RESOURCE_GPU = 'amd.com/gpu'
 #: MiB per GPU; 0 or absent = the whole card's memory.
