@@ -142,7 +142,9 @@ class Status(cmd_pool.AuditOutcome, lister.Lister):
                                           ledger.hosts)
             warnings += notes
         status = view.build(plan, audit, facts,
-                            list(dict.fromkeys(warnings)), sides, source)
+                            list(dict.fromkeys(warnings)), sides, source,
+                            view.inventory_facts(
+                                hosts, conf.health.max_uncorrectable))
         if parsed_args.html:
             taken = datetime.datetime.now(datetime.UTC).strftime(
                 '%Y-%m-%d %H:%M:%S UTC')

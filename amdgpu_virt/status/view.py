@@ -10,7 +10,8 @@ Inputs, all read before by the command:
 * the cross-audit (:func:`amdgpu_virt.pool.crossaudit.audit`): what each
   side offers and uses against the ledger;
 * what the nodes register per GPU (:class:`NodeFacts`): health and memory
-  enforcement.
+  enforcement; for a GPU no node registers (a Nova host's), the health
+  its inventory's RAS counts give (:func:`inventory_facts`).
 
 Free capacity is what no running placement holds: the CUs and MiB of a
 shared GPU its slices leave, the VFs (and their share of CUs and MiB) of
@@ -25,6 +26,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from amdgpu_virt.model import HostInventory
 from amdgpu_virt.model import PciAddress
 from amdgpu_virt.model import Role
 from amdgpu_virt.policy import chart
@@ -32,6 +34,7 @@ from amdgpu_virt.policy.result import GpuReport
 from amdgpu_virt.policy.result import Plan
 from amdgpu_virt.pool.crossaudit import AuditReport
 from amdgpu_virt.pool.crossaudit import Finding
+from amdgpu_virt.pool.observed import HEALTHY
 from amdgpu_virt.pool.observed import NodeFacts
 from amdgpu_virt.pool.observed import UNHEALTHY
 from amdgpu_virt.pool.observed import UNKNOWN
@@ -181,6 +184,20 @@ def _free(gpu: GpuReport, held_mib: int
     return cus, vram, None, None
 
 
+def _merged_facts(node: Mapping[tuple[str, PciAddress], NodeFacts],
+                  inventory: Mapping[tuple[str, PciAddress], NodeFacts]
+                  ) -> dict[tuple[str, PciAddress], NodeFacts]:
+    merged = dict(node)
+    for key, judged in inventory.items():
+        said = merged.get(key)
+        if said is None:
+            merged[key] = judged
+        elif judged.health == UNHEALTHY and said.health != UNHEALTHY:
+            merged[key] = dataclasses.replace(said, health=UNHEALTHY,
+                                              reason=judged.reason)
+    return merged
+
+
 def _enforcement(role: Role, facts: NodeFacts | None) -> str:
     if role is Role.NOVA_VF:
         return HARDWARE
@@ -191,15 +208,41 @@ def _enforcement(role: Role, facts: NodeFacts | None) -> str:
     return '-'
 
 
+def inventory_facts(hosts: Sequence[HostInventory],
+                    max_uncorrectable: int | None
+                    ) -> dict[tuple[str, PciAddress], NodeFacts]:
+    """The health of each GPU whose inventory has RAS counts, judged
+    as the planner judges it (``[health] max_uncorrectable``): what a
+    host that registers nothing (a Nova host) shows in the Health
+    column."""
+    result = {}
+    for inventory in hosts:
+        for gpu in inventory.gpus:
+            if gpu.health is None:
+                continue
+            problem = gpu.health.problem(max_uncorrectable)
+            result[(inventory.hostname, gpu.address)] = NodeFacts(
+                health=UNHEALTHY if problem else HEALTHY,
+                reason='inventory: %s' % problem if problem else '')
+    return result
+
+
 def build(plan: Plan, audit: AuditReport | None,
           facts: Mapping[tuple[str, PciAddress], NodeFacts],
           warnings: Sequence[str] = (), sides: Sequence[str] = (),
-          ledger: str = '') -> FleetStatus:
+          ledger: str = '',
+          inventory: Mapping[tuple[str, PciAddress], NodeFacts]
+          | None = None) -> FleetStatus:
     """The fleet's status from the plan around what runs, the audit and
     what the nodes register.
 
     :param audit: None when no side was audited (no drift column).
+    :param inventory: health from the hosts' inventories
+        (:func:`inventory_facts`), for GPUs no node registers; a node's
+        own word comes first, except that an unhealthy inventory is never
+        hidden by a node that says healthy.
     """
+    facts = _merged_facts(facts, inventory or {})
     held = chart.vram_held(plan.gpus, plan.decisions)
     by_gpu: dict[tuple[str, str], list[Finding]] = {}
     findings = audit.findings if audit is not None else ()

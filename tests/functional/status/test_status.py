@@ -198,7 +198,14 @@ class TestStatus(StatusTestCase):
                                        self.ledger_path, rc=exitcodes.OK)
         self.assertEqual(['nova'], document['sides'])
         self.assertEqual([], gpus[(self.k8s_host, GPU0)]['users'])
-        self.assertEqual('unknown', gpus[(self.k8s_host, GPU1)]['health'])
+        # the node is not asked: its GPU's health is what the RAS counts
+        # of its inventory say (the node's own verdict is not read)
+        self.assertEqual(('healthy', ''), (
+            gpus[(self.k8s_host, GPU1)]['health'],
+            gpus[(self.k8s_host, GPU1)]['health_reason']))
+        # a GIM host's inventory reads no RAS counts (amdgpu does not
+        # drive its GPUs): unknown
+        self.assertEqual('unknown', gpus[(self.vm_host, GPU0)]['health'])
         self.assertEqual(2, len(gpus[(self.vm_host, GPU0)]['users']))
 
 

@@ -3,9 +3,13 @@ audit and the nodes' registrations."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import testtools
 
+from amdgpu_virt.model import GpuHealth
 from amdgpu_virt.model import PciAddress
+from amdgpu_virt.model import RasCount
 from amdgpu_virt.pool.observed import NodeFacts
 from amdgpu_virt.pool.observed import SideObservation
 from amdgpu_virt.status import view
@@ -85,6 +89,41 @@ class TestView(testtools.TestCase):
         self.assertEqual('unknown', rows[('bm', fleet.GPU0)].enforcement)
         self.assertEqual('unknown', rows[('bm', fleet.GPU1)].health)
         self.assertEqual(5, status.summary()['health_unknown'])
+
+    def test_health_of_gpus_no_node_registers_from_their_inventory(self):
+        # the Nova host registers nothing: its snapshot's RAS counts,
+        # judged by [health] max_uncorrectable, fill the Health column
+        found = fleet.hosts()
+        gim, bm = found
+        sick = GpuHealth(ras=(RasCount('umc', uncorrectable=2),))
+        gim = dataclasses.replace(gim, gpus=(
+            dataclasses.replace(gim.gpus[0], health=sick),
+            dataclasses.replace(gim.gpus[1], health=GpuHealth(
+                ras=(RasCount('umc', correctable=9),)))))
+        # a node that says healthy does not hide a sick inventory
+        bm = dataclasses.replace(bm, gpus=(
+            dataclasses.replace(bm.gpus[0], health=sick), bm.gpus[1],
+            dataclasses.replace(bm.gpus[2], health=None)))
+        judged = view.inventory_facts([gim, bm], 0)
+        made, _status = fleet.status()
+        rows = _rows(view.build(made, None, {
+            ('bm', PciAddress.parse(fleet.GPU0)): NodeFacts(
+                'healthy', '', 'kernel')}, inventory=judged))
+        vfs = rows[('gim', fleet.GPU0)]
+        self.assertEqual('unhealthy', vfs.health)
+        self.assertIn('inventory: 2 uncorrectable RAS errors (umc 2), '
+                      'more than 0', vfs.health_reason)
+        self.assertEqual('healthy', rows[('gim', fleet.GPU1)].health)
+        shared = rows[('bm', fleet.GPU0)]
+        self.assertEqual(('unhealthy', 'kernel'), (shared.health,
+                                                    shared.enforcement))
+        # no RAS counts read: still unknown
+        self.assertEqual('unknown', rows[('bm', fleet.GPU2)].health)
+        # a threshold of 2 lets the GPU pass; None does not judge counts
+        self.assertEqual('healthy', view.inventory_facts([gim], 2)[
+            ('gim', PciAddress.parse(fleet.GPU0))].health)
+        self.assertEqual('healthy', view.inventory_facts([gim], None)[
+            ('gim', PciAddress.parse(fleet.GPU0))].health)
 
     def test_a_held_gpu_is_in_use(self):
         # a slice larger than what its GPU has left: the GPU is kept
