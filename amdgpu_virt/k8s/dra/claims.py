@@ -36,7 +36,8 @@ _REQUEST = re.compile(r'^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?'
 _UID = re.compile(r'^[A-Za-z0-9][A-Za-z0-9-]{0,63}$')
 #: a share's ID: the API server makes it a UUID; it names a CDI device
 _SHARE_ID = re.compile(r'^[0-9A-Fa-f][0-9A-Fa-f-]{0,63}$')
-#: a claim has at most 32 requests of at most 128 devices each
+#: results of one claim read at most (the API server stores at most 32,
+#: AllocationResultsMaxSize; this only bounds what a forged claim costs)
 MAX_RESULTS = 4096
 
 
