@@ -248,7 +248,7 @@ class Extender:
         # decides again on the pod read from the API)
         seen = None if self.pending is None else self.pending.get(
             namespace, name, meta.get('uid'))
-        held: Any = None
+        held: str | None = None
         if seen is not None:
             self._check_pod(seen[0], key, meta.get('uid'), 'Pod.metadata.uid')
             try:
@@ -260,11 +260,11 @@ class Extender:
                 # a record that holds the pod already (perhaps this
                 # filter's own write, its answer lost): that booking is
                 # an earlier one for the decision on the API's pod
-                held = err.kwargs.get('node')
+                node = err.kwargs.get('node')
+                held = node if isinstance(node, str) else None
         pod = self._verified_pod(namespace, name, meta.get('uid'),
                                  'Pod.metadata.uid')
-        return self._place(args, names, as_nodes, key, pod, None,
-                           held if isinstance(held, str) else None)
+        return self._place(args, names, as_nodes, key, pod, None, held)
 
     def _place(self, args: Mapping[str, Any], names: list[str],
                as_nodes: bool, key: str, pod: Mapping[str, Any],
