@@ -87,8 +87,10 @@ def containers(cgroup_root: str, max_containers: int = 4096,
         if not _is_dir(cgroup_root, top):
             continue
         for qos in podcgroups.QosClass:
-            rel_where = os.path.join(*podcgroups.qos_cgroup(
-                driver, qos, kubelet_root))
+            parts = podcgroups.qos_cgroup(driver, qos, kubelet_root)
+            if not _is_dir(cgroup_root, parts):
+                continue
+            rel_where = os.path.join(*parts)
             where = os.path.join(cgroup_root, rel_where)
             for pod_dir in _subdirs(where, problems):
                 uid = podcgroups.pod_uid_in(pod_dir, driver, qos,

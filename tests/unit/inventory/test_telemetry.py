@@ -279,6 +279,25 @@ class CgroupTest(testtools.TestCase):
         only = cgroup.containers(self.cgroups, kubelet_root=('kubelet',),
                                  drivers=(podcgroups.Driver.CGROUPFS,))[0]
         self.assertEqual([made[1]], [c.pod_uid for c in only])
+        # kubelet's root replaced by a link (anything below the cgroup
+        # root may be written by a delegated container): nothing is
+        # followed there
+        real = os.path.join(self.cgroups, 'kubelet.slice')
+        os.rename(real, real + '.moved')
+        os.symlink(real + '.moved', real)
+        found = cgroup.containers(self.cgroups, kubelet_root=('kubelet',),
+                                  drivers=(podcgroups.Driver.SYSTEMD,))[0]
+        self.assertEqual([], found)
+        # so is a QoS cgroup replaced by a link
+        os.unlink(real)
+        os.rename(real + '.moved', real)
+        qos = os.path.join(real, 'kubelet-kubepods.slice',
+                           'kubelet-kubepods-burstable.slice')
+        os.rename(qos, qos + '.moved')
+        os.symlink(qos + '.moved', qos)
+        found = cgroup.containers(self.cgroups, kubelet_root=('kubelet',),
+                                  drivers=(podcgroups.Driver.SYSTEMD,))[0]
+        self.assertEqual([], found)
 
     def test_the_walk_is_bounded_and_follows_no_link(self) -> None:
         simnode.enable_dmem(self.root, {})
