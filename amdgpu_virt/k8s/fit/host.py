@@ -24,22 +24,16 @@ Pure: plain dicts in, frozen dataclasses out.
 from __future__ import annotations
 
 import dataclasses
-import fractions
 import math
-import re
 from collections.abc import Mapping
 from typing import Any
+
+from amdgpu_virt import exception
+from amdgpu_virt.k8s.api import quantity as k8s_quantity
 
 #: containers of one kind read per pod, at most (the API allows fewer)
 MAX_CONTAINERS = 256
 _LIMIT = 1 << 62
-_QUANTITY = re.compile(
-    r'^([+-]?)(\d+(?:\.\d*)?|\.\d+)(?:([eE][+-]?\d{1,3})|'
-    r'(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E))?$')
-_BINARY = {'Ki': 1 << 10, 'Mi': 1 << 20, 'Gi': 1 << 30, 'Ti': 1 << 40,
-           'Pi': 1 << 50, 'Ei': 1 << 60}
-_DECIMAL = {'n': -9, 'u': -6, 'm': -3, 'k': 3, 'M': 6, 'G': 9, 'T': 12,
-            'P': 15, 'E': 18}
 #: quantity text -> value, for the texts seen (pods repeat a few); bounded
 _SEEN: dict[tuple[str, int], int | None] = {}
 _SEEN_ENTRIES = 4096
@@ -71,7 +65,8 @@ NOTHING = HostAmount()
 
 def quantity(value: Any, scale: int = 1) -> int | None:
     """A Kubernetes quantity times ``scale``, rounded up (None: not a
-    quantity, negative, or beyond 2**62).
+    quantity, negative, or beyond 2**62). Read by the one quantity
+    reader, :mod:`amdgpu_virt.k8s.api.quantity`.
 
     :param scale: 1000 for CPU in millicores, 1 for bytes.
     """
@@ -95,18 +90,11 @@ def quantity(value: Any, scale: int = 1) -> int | None:
 
 
 def _parse(value: str, scale: int) -> int | None:
-    match = _QUANTITY.match(value.strip())
-    if match is None:
+    try:
+        amount = k8s_quantity.value(value) * scale
+    except exception.InvalidQuantity:
         return None
-    sign, number, exponent, suffix = match.groups()
-    amount = fractions.Fraction(number) * scale
-    if exponent:
-        amount *= fractions.Fraction(10) ** int(exponent[1:])
-    elif suffix in _BINARY:
-        amount *= _BINARY[suffix]
-    elif suffix:
-        amount *= fractions.Fraction(10) ** _DECIMAL[suffix]
-    if sign == '-' and amount:
+    if amount < 0:
         return None
     result = math.ceil(amount)
     return result if result < _LIMIT else None
