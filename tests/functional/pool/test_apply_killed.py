@@ -127,10 +127,13 @@ class ApplyKilledTest(testtools.TestCase):
 
     def test_the_next_run_removes_what_a_killed_one_left(self) -> None:
         # killed while writing, as often as it takes to leave a temporary
-        # file (each kill lands in a write nearly every time)
-        for attempt in range(10):
-            self._kill_while_writing(self.ledgers[attempt % 2],
-                                     20 + 10 * attempt)
+        # file: a write's window is short beside the rendering, so on a
+        # busy machine most kills land between writes. Each try writes a
+        # tree of its own (every host's files new, none skipped as
+        # unchanged), and the tree a kill left files in is the one used on
+        for attempt in range(30):
+            self.out = os.path.join(self.tmp, 'out%02d' % attempt)
+            self._kill_while_writing(self.ledgers[attempt % 2], 20)
             if self._temps():
                 break
         left = self._temps()
