@@ -24,6 +24,7 @@ Pure: plain dicts in, frozen dataclasses out.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -34,8 +35,7 @@ from amdgpu_virt.k8s.api import quantity as k8s_quantity
 #: containers of one kind read per pod, at most (the API allows fewer)
 MAX_CONTAINERS = 256
 _LIMIT = 1 << 62
-#: quantity text -> value, for the texts seen (pods repeat a few); bounded
-_SEEN: dict[tuple[str, int], int | None] = {}
+#: quantity texts whose value is kept (pods repeat a few)
 _SEEN_ENTRIES = 4096
 
 
@@ -77,18 +77,10 @@ def quantity(value: Any, scale: int = 1) -> int | None:
         return amount if 0 <= amount < _LIMIT else None
     if not isinstance(value, str) or len(value) > 64:
         return None
-    key = (value, scale)
-    try:
-        return _SEEN[key]
-    except KeyError:
-        pass
-    result = _parse(value, scale)
-    if len(_SEEN) >= _SEEN_ENTRIES:
-        _SEEN.clear()
-    _SEEN[key] = result
-    return result
+    return _parse(value, scale)
 
 
+@functools.lru_cache(maxsize=_SEEN_ENTRIES)
 def _parse(value: str, scale: int) -> int | None:
     try:
         amount = k8s_quantity.value(value) * scale

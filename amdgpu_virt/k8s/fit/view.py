@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import logging
 import re
 from collections.abc import Iterable
@@ -141,10 +142,9 @@ def node_view(**fields: Any) -> NodeView:
     return view
 
 
-#: what :func:`usable_device` says of the fields other than the id, per
-#: (type, devcore, devmem, count, CU unit): every GPU of a node, and of
-#: nodes of one kind, registers the same. Bounded: cleared when full
-_DEVICE_PROBLEMS: dict[tuple[str, int, int, int, int], str | None] = {}
+#: devices whose fields other than the id :func:`usable_device` keeps
+#: the verdict of, per (type, devcore, devmem, count, CU unit): every GPU
+#: of a node, and of nodes of one kind, registers the same
 _DEVICE_PROBLEM_ENTRIES = 1024
 
 
@@ -153,31 +153,24 @@ def usable_device(device: hami.DeviceInfo) -> str | None:
     if not device.id or _FORBIDDEN.search(device.id) is not None:
         return 'id %r is empty or holds one of %s' % (device.id,
                                                      _FORBIDDEN_TEXT)
-    unit = device.cu_unit
-    key = (device.type, device.devcore, device.devmem, device.count, unit)
-    try:
-        return _DEVICE_PROBLEMS[key]
-    except KeyError:
-        pass
-    problem = _device_problem(device, unit)
-    if len(_DEVICE_PROBLEMS) >= _DEVICE_PROBLEM_ENTRIES:
-        _DEVICE_PROBLEMS.clear()
-    _DEVICE_PROBLEMS[key] = problem
-    return problem
+    return _device_problem(device.type, device.devcore, device.devmem,
+                           device.count, device.cu_unit)
 
 
-def _device_problem(device: hami.DeviceInfo, unit: int) -> str | None:
+@functools.lru_cache(maxsize=_DEVICE_PROBLEM_ENTRIES)
+def _device_problem(kind: str, devcore: int, devmem: int, count: int,
+                    unit: int) -> str | None:
     """What is wrong with a device's fields other than its id."""
-    if _FORBIDDEN.search(device.type) is not None:
-        return 'type %r holds one of %s' % (device.type, _FORBIDDEN_TEXT)
-    if device.devcore <= 0 or device.devcore > allocator.MAX_CUS:
-        return 'devcore %d is not a CU count' % device.devcore
-    if device.devmem <= 0:
-        return 'devmem %d is not a memory size' % device.devmem
-    if device.count <= 0:
-        return 'count %d offers no slot' % device.count
-    if device.devcore % unit:
-        return '%d CUs are not whole units of %d' % (device.devcore, unit)
+    if _FORBIDDEN.search(kind) is not None:
+        return 'type %r holds one of %s' % (kind, _FORBIDDEN_TEXT)
+    if devcore <= 0 or devcore > allocator.MAX_CUS:
+        return 'devcore %d is not a CU count' % devcore
+    if devmem <= 0:
+        return 'devmem %d is not a memory size' % devmem
+    if count <= 0:
+        return 'count %d offers no slot' % count
+    if devcore % unit:
+        return '%d CUs are not whole units of %d' % (devcore, unit)
     return None
 
 

@@ -283,7 +283,7 @@ class FitNodeTest(testtools.TestCase):
             made = device(uuid, kind=kind, devcore=devcore, devmem=devmem,
                           count=count, **custom)
             warm = fit.usable_device(made)
-            fitview._DEVICE_PROBLEMS.clear()
+            fitview._device_problem.cache_clear()
             self.assertEqual(fit.usable_device(made), warm)
 
     def test_usable_device_memo_is_bounded(self) -> None:
@@ -291,7 +291,7 @@ class FitNodeTest(testtools.TestCase):
 
         for n in range(fitview._DEVICE_PROBLEM_ENTRIES + 5):
             self.assertIsNone(fit.usable_device(device('g0', devmem=n + 1)))
-        self.assertLessEqual(len(fitview._DEVICE_PROBLEMS),
+        self.assertLessEqual(fitview._device_problem.cache_info().currsize,
                              fitview._DEVICE_PROBLEM_ENTRIES)
 
 
