@@ -87,9 +87,13 @@ class BestFit:
     def __init__(self, cluster: list[Node], tasks: list[Task]) -> None:
         self.cluster = cluster
 
-    def _left(self, node: Node, task: Task) -> float:
-        return (node.free - task.demand) / len(node.gpus) + \
+    def _key(self, node: Node, task: Task, gpus: list[Gpu]) -> tuple:
+        """Smaller is better: the least left on the node, then on the
+        GPUs."""
+        left = (node.free - task.demand) / len(node.gpus) + \
             (node.cpu - task.cpu) / node.cpu_total
+        return (left, sum(g.cus - g.need(task)[0] for g in gpus),
+                node.name)
 
     def choose(self, task: Task) -> Choice | None:
         best = None
@@ -99,8 +103,7 @@ class BestFit:
             gpus = _take(node, task, _tight(task))
             if gpus is None:
                 continue
-            key = (self._left(node, task),
-                   sum(g.cus - g.need(task)[0] for g in gpus), node.name)
+            key = self._key(node, task, gpus)
             if best is None or key < best[0]:
                 best = (key, node, gpus)
         return None if best is None else (best[1], best[2])
@@ -109,23 +112,14 @@ class BestFit:
 class DotProduct(BestFit):
     name = 'dot-product'
 
-    def choose(self, task: Task) -> Choice | None:
-        best = None
-        for node in self.cluster:
-            if not node.hosts(task):
-                continue
-            gpus = _take(node, task, _tight(task))
-            if gpus is None:
-                continue
-            size = len(node.gpus)
-            dot = (node.free / size) * (task.demand / size) + \
-                (node.cpu / node.cpu_total) * (task.cpu / node.cpu_total) + \
-                (node.host / node.host_total) * (task.host /
-                                                 node.host_total)
-            key = (dot, node.name)
-            if best is None or key < best[0]:
-                best = (key, node, gpus)
-        return None if best is None else (best[1], best[2])
+    def _key(self, node: Node, task: Task, gpus: list[Gpu]) -> tuple:
+        """Smaller is better: the dot product of what is free and what
+        is asked (GPU, CPU, memory)."""
+        size = len(node.gpus)
+        dot = (node.free / size) * (task.demand / size) + \
+            (node.cpu / node.cpu_total) * (task.cpu / node.cpu_total) + \
+            (node.host / node.host_total) * (task.host / node.host_total)
+        return (dot, node.name)
 
 
 class Fgd:
